@@ -1,0 +1,116 @@
+"""Settings from `SAAS_EVAL_*` environment variables (and CLI overrides)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+ENV_PREFIX = "SAAS_EVAL_"
+_REPO_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}/[A-Za-z0-9._-]{1,100}$")
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; relative paths are resolved under `home`."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    home: Path = Path(".")
+    inbox: Path = Path("inbox")
+    output_dir: Path = Path("outbox")
+    state_dir: Path = Path("state")
+    gitea_url: str | None = None
+    gitea_token: str | None = None
+    owner: str | None = None
+    repo: str | None = None
+    poll_interval: float = Field(default=30.0, gt=0)
+    task_price: int = Field(default=1, ge=0)
+    task_label: str = "eval-task"
+    pass_label: str = "eval-pass"
+    fail_label: str = "eval-fail"
+    quiet_period: float = Field(default=1.0, ge=0)
+    rescan_interval: float = Field(default=30.0, gt=0)
+    max_file_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    max_tasks: int = Field(default=10_000, gt=0)
+    intake_concurrency: int = Field(default=4, ge=1, le=32)
+    full_poll_every: int = Field(default=10, ge=1)
+    webhook_secret: str | None = None
+    forge_timeout: float = Field(default=30.0, gt=0)
+    callback_timeout: float = Field(default=10.0, gt=0)
+
+    @field_validator("gitea_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("repo")
+    @classmethod
+    def _check_repo(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not _REPO_RE.match(value):
+            raise ValueError("must look like owner/name")
+        return value
+
+    def path(self, value: Path) -> Path:
+        """Resolve a configured folder against `home`."""
+        return value if value.is_absolute() else self.home / value
+
+    @property
+    def inbox_path(self) -> Path:
+        """Folder clients drop batch files into."""
+        return self.path(self.inbox)
+
+    @property
+    def outbox_path(self) -> Path:
+        """Folder reports are written to."""
+        return self.path(self.output_dir)
+
+    @property
+    def state_path(self) -> Path:
+        """Folder holding the TinyDB files, locks and the service status."""
+        return self.path(self.state_dir)
+
+    @property
+    def label_results(self) -> dict[str, str]:
+        """Lane label -> task status mapping."""
+        return {self.pass_label: "passed", self.fail_label: "failed"}
+
+    def require_forge(self) -> tuple[str, str, str]:
+        """Return (url, token, owner) or raise a one-line error naming what to set."""
+        for name in ("gitea_url", "gitea_token"):
+            if not getattr(self, name):
+                raise ConfigError(
+                    f"{ENV_PREFIX}{name.upper()} is not set: point it at your Gitea/Forgejo "
+                    "server, or run with --sandbox to use the embedded sandbox forge"
+                )
+        owner = self.owner or (self.repo.split("/")[0] if self.repo else None)
+        if not owner:
+            raise ConfigError(
+                f"{ENV_PREFIX}OWNER is not set: name the user or org that owns eval repos "
+                f"(or set {ENV_PREFIX}REPO=owner/name)"
+            )
+        assert self.gitea_url and self.gitea_token
+        return self.gitea_url, self.gitea_token, owner
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment plus non-None overrides; errors name the variable."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "?"
+        raise ConfigError(
+            f"{ENV_PREFIX}{field.upper()}: {first['msg']} (got {first.get('input')!r})"
+        ) from None

@@ -1,0 +1,89 @@
+"""The project's errors: one base class, every third-party error translated at one boundary.
+
+Tree::
+
+    DropboxEvalError
+    +-- ConfigError            a setting is missing or invalid (names the variable)
+    +-- StoreError             state files unreadable or corrupt (never silently reset)
+    +-- NotFoundError          unknown batch or client id asked for by an operator
+    +-- BatchRejected          a dropped batch cannot be accepted (reason code + details)
+    +-- ForgeError             anything the forge did wrong (forge.py is the boundary)
+    |   +-- ForgeRetryable     timeouts, resets, 429, 5xx: try again later
+    |   +-- ForgePermanent     4xx that retrying cannot fix
+    |       +-- ForgeAuthError 401/403: token or permission problem
+    |       +-- ForgeNotFound  404: repo or issue does not exist (deleted)
+    +-- DeliveryError          a report could not be delivered (emitter.py is the boundary)
+    +-- AlreadyRunning         another service instance holds the state folder
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DropboxEvalError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ConfigError(DropboxEvalError):
+    """A setting is missing or invalid; the message names the environment variable."""
+
+
+class StoreError(DropboxEvalError):
+    """The state folder cannot be read or written."""
+
+
+class NotFoundError(DropboxEvalError):
+    """An operator asked for a batch or client that does not exist."""
+
+
+class AlreadyRunning(DropboxEvalError):
+    """Another `dropbox-eval run` holds this state folder."""
+
+
+class BatchRejected(DropboxEvalError):
+    """A batch cannot be accepted; `reason` is a stable code a client can act on."""
+
+    def __init__(self, reason: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def as_dict(self) -> dict[str, Any]:
+        """The error document written beside a rejected file (and answered by the API)."""
+        return {"ok": False, "reason": self.reason, "message": self.message, **self.details}
+
+
+class ForgeError(DropboxEvalError):
+    """The forge answered with an error or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ForgeRetryable(ForgeError):
+    """A transient forge failure; `retry_after` is the server's hint in seconds, if any."""
+
+    def __init__(
+        self, message: str, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status)
+        self.retry_after = retry_after
+
+
+class ForgePermanent(ForgeError):
+    """A forge failure that the same request will hit again."""
+
+
+class ForgeAuthError(ForgePermanent):
+    """The token is missing, wrong, or lacks a permission."""
+
+
+class ForgeNotFound(ForgePermanent):
+    """The repository or issue does not exist (or is not visible to the token)."""
+
+
+class DeliveryError(DropboxEvalError):
+    """A report could not be delivered to its callback URL."""

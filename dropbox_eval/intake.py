@@ -1,0 +1,412 @@
+"""EvalIntake: batch -> one forge issue per task -> lane results -> report (the seed's API)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from .billing import Billing
+from .config import Settings
+from .emitter import Emitter
+from .errors import BatchRejected, DeliveryError, ForgeError, ForgeNotFound
+from .forge import ForgeComment, ForgeIssue, GiteaClient
+from .models import (
+    FINISHED_TASK_STATUSES,
+    BatchFile,
+    BatchRecord,
+    Report,
+    ReportResult,
+    TaskRecord,
+    TaskResult,
+    TaskSpec,
+    new_batch_id,
+    utcnow,
+)
+
+log = logging.getLogger("dropbox_eval")
+
+MARKER_RE = re.compile(r"<!-- dropbox-eval:task batch=(\S+) task=(\S+) -->")
+_JSON_FENCE_RE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL)
+_FENCE_RE = re.compile(r"```.*?```", re.DOTALL)
+SINCE_OVERLAP = timedelta(minutes=2)
+FLUSH_SECONDS = 1.0
+MAX_DELIVERY_ATTEMPTS = 8
+LABEL_COLOR = "5319e7"
+
+
+def marker(batch_id: str, task_id: str) -> str:
+    """The invisible fingerprint that makes issue creation idempotent."""
+    return f"<!-- dropbox-eval:task batch={batch_id} task={task_id} -->"
+
+
+def issue_body(batch_id: str, task: TaskSpec) -> str:
+    """Task spec + acceptance + `batch:` line + marker."""
+    parts = [task.body.strip()] if task.body.strip() else []
+    if task.acceptance:
+        parts.append("## Acceptance\n" + "\n".join(f"- [ ] {item}" for item in task.acceptance))
+    parts.append(f"batch: {batch_id}\ntask: {task.task_id}")
+    parts.append(marker(batch_id, task.task_id))
+    return "\n\n".join(parts) + "\n"
+
+
+def read_result(
+    issue: ForgeIssue, comments: list[ForgeComment], label_results: dict[str, str]
+) -> tuple[str, TaskResult]:
+    """Status from the labels, summary and details from the final comment."""
+    status = next((label_results[n] for n in issue.labels if n in label_results), "closed")
+    final = comments[-1].body if comments else ""
+    details: Any = None
+    fenced = _JSON_FENCE_RE.search(final)
+    if fenced:
+        try:
+            details = json.loads(fenced.group(1))
+        except ValueError:
+            details = {"unparsed": fenced.group(1).strip()}
+    prose = _FENCE_RE.sub("", final).strip()
+    summary = prose.split("\n\n", 1)[0].strip()[:2000]
+    return status, TaskResult(summary=summary, details=details)
+
+
+class EvalIntake:
+    """The seed's API: submit_batch, poll_completed, emit."""
+
+    def __init__(
+        self, core: Billing, gitea: GiteaClient | None, emitter: Emitter, settings: Settings
+    ) -> None:
+        self.core = core
+        self.store = core.store
+        self._gitea = gitea
+        self.emitter = emitter
+        self.settings = settings
+
+    @property
+    def gitea(self) -> GiteaClient:
+        """The forge client; a ConfigError names the missing setting when there is none."""
+        if self._gitea is None:
+            self.settings.require_forge()
+            raise AssertionError("forge configured but no client given")
+        return self._gitea
+
+    # -- submit -------------------------------------------------------------------------
+
+    def submit_batch(
+        self, client_id: str, tasks: list[dict[str, Any]], callback_url: str | None = None,
+        batch_ref: str | None = None,
+    ) -> dict[str, Any]:
+        """Seed API: validate, check funds, open issues. Rejections come back as dicts."""
+        try:
+            batch = BatchFile.model_validate(
+                {"client_id": client_id, "tasks": tasks, "callback_url": callback_url,
+                 "batch_ref": batch_ref}
+            )
+        except ValidationError as exc:
+            return rejection_from_validation(exc).as_dict()
+        try:
+            return self.accept(batch, client_id)
+        except BatchRejected as exc:
+            return exc.as_dict()
+
+    def accept(self, batch: BatchFile, client_id: str, *, source: str | None = None,
+               sha256: str | None = None) -> dict[str, Any]:
+        """Record a valid batch (or find its duplicate), then open its issues."""
+        record, duplicate = self.record(batch, client_id, source=source, sha256=sha256)
+        if not duplicate:
+            log.info("batch %s: accepted %d tasks from %s (%s)", record.batch_id, record.total,
+                     client_id, source or "api")
+        try:
+            self.open_issues(record.batch_id)
+        except ForgeError as exc:
+            log.warning("batch %s: issue creation interrupted, will resume: %s",
+                        record.batch_id, exc)
+        tasks = self.store.get_tasks(record.batch_id)
+        result: dict[str, Any] = {
+            "ok": True,
+            "batch_id": record.batch_id,
+            "issues": [{"task_id": t.task_id, "issue_number": t.issue_number} for t in tasks],
+        }
+        if duplicate:
+            result["duplicate"] = True
+        return result
+
+    def record(self, batch: BatchFile, client_id: str, *, source: str | None = None,
+               sha256: str | None = None) -> tuple[BatchRecord, bool]:
+        """Store the batch before any forge call; (record, is_duplicate). No forge I/O."""
+        if batch.client_id is not None and batch.client_id != client_id:
+            raise BatchRejected(
+                "client_mismatch",
+                f"file claims client_id {batch.client_id!r} but was dropped for {client_id!r}",
+                field="client_id",
+            )
+        if len(batch.tasks) > self.settings.max_tasks:
+            raise BatchRejected("too_many_tasks",
+                                f"{len(batch.tasks)} tasks; the limit is {self.settings.max_tasks}",
+                                field="tasks", limit=self.settings.max_tasks)
+        with self.store.locked():
+            existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
+            if existing:
+                return self.store.get_batch(existing), True
+            cost = self.core.check_funded(client_id, len(batch.tasks))
+            record = self._new_record(batch, client_id, cost, source, sha256)
+            tasks = [
+                TaskRecord(task_id=t.task_id, batch_id=record.batch_id, repo=record.repo,
+                           payload=t, created_at=record.created_at)
+                for t in batch.tasks
+            ]
+            self.store.create_batch(record, tasks)
+            self.core.charge(client_id, cost, record.batch_id)
+        return record, False
+
+    def _new_record(self, batch: BatchFile, client_id: str, cost: int, source: str | None,
+                    sha256: str | None) -> BatchRecord:
+        now = utcnow()
+        batch_id = new_batch_id(now)
+        return BatchRecord(
+            batch_id=batch_id, client_id=client_id, batch_ref=batch.batch_ref,
+            callback_url=batch.callback_url, repo=self.repo_for(client_id, batch_id),
+            source=source, sha256=sha256, total=len(batch.tasks), cost=cost, created_at=now,
+        )
+
+    def repo_for(self, client_id: str, batch_id: str) -> str:
+        """The shared repo, or `<owner>/eval-<client_id>-<batch_id>`."""
+        if self.settings.repo:
+            return self.settings.repo
+        owner = self.settings.owner or "eval"
+        return f"{owner}/eval-{client_id}-{batch_id}"
+
+    # -- issues -------------------------------------------------------------------------
+
+    def open_issues(self, batch_id: str) -> int:
+        """Create the issues still missing for the batch; returns how many were created.
+
+        Safe to call again after any interruption: a resumed intake first finds the issues
+        an earlier attempt created (by their marker) and creates only the rest.
+        """
+        batch = self.store.get_batch(batch_id)
+        pending = [t for t in self.store.get_tasks(batch_id) if t.status == "pending"]
+        if not pending or batch.status != "running":
+            return 0
+        gitea = self.gitea
+        gitea.ensure_repo(batch.repo)
+        label_id = gitea.ensure_label(batch.repo, self.settings.task_label, LABEL_COLOR)
+        if batch.intake_started:
+            pending = self._adopt_existing(batch, pending)
+        else:
+            self.store.update_batch(batch_id, intake_started=True)
+        created = self._create_all(batch, pending, label_id)
+        log.info("batch %s: created %d issues in %s", batch_id, created, batch.repo)
+        return created
+
+    def _adopt_existing(self, batch: BatchRecord, pending: list[TaskRecord]) -> list[TaskRecord]:
+        wanted = {t.task_id for t in pending}
+        found: dict[str, dict[str, Any]] = {}
+        since = batch.created_at - SINCE_OVERLAP
+        for issue in self.gitea.iter_issues(batch.repo, labels=self.settings.task_label,
+                                            since=since):
+            for marked_batch, task_id in MARKER_RE.findall(issue.body):
+                if marked_batch == batch.batch_id and task_id in wanted:
+                    found.setdefault(task_id, _opened(issue))
+        self.store.update_tasks(batch.batch_id, found)
+        if found:
+            log.info("batch %s: found %d issues from an interrupted intake",
+                     batch.batch_id, len(found))
+        return [t for t in pending if t.task_id not in found]
+
+    def _create_all(self, batch: BatchRecord, tasks: list[TaskRecord], label_id: int) -> int:
+        done: dict[str, dict[str, Any]] = {}
+        last_flush = time.monotonic()
+        created = 0
+        workers = self.settings.intake_concurrency
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intake") as pool:
+            futures: dict[Future[ForgeIssue], str] = {
+                pool.submit(self.gitea.create_issue, batch.repo, t.payload.title,
+                            issue_body(batch.batch_id, t.payload), [label_id]): t.task_id
+                for t in tasks
+            }
+            try:
+                for future in _as_completed_or_fail(futures):
+                    done[futures[future]] = _opened(future.result())
+                    created += 1
+                    if time.monotonic() - last_flush >= FLUSH_SECONDS:
+                        self.store.update_tasks(batch.batch_id, done)
+                        done, last_flush = {}, time.monotonic()
+            finally:
+                for future in futures:
+                    future.cancel()
+                self.store.update_tasks(batch.batch_id, done)
+        return created
+
+    # -- poll ---------------------------------------------------------------------------
+
+    def poll_completed(self, batch_id: str, *, full: bool = False) -> list[str]:
+        """Store results of issues the lane closed; open ones are skipped.
+
+        A normal poll asks only for issues closed since the last poll (paged, with an
+        overlap for clock skew); `full` lists every issue and checks the ones it cannot
+        see one by one, so a deleted issue finishes its task as `missing`.
+        """
+        batch = self.store.get_batch(batch_id)
+        if batch.status != "running":
+            return []
+        open_tasks: dict[int, TaskRecord] = {
+            t.issue_number: t for t in self.store.get_tasks(batch_id)
+            if t.status == "open" and t.issue_number is not None
+        }
+        started = utcnow()
+        changes: dict[str, dict[str, Any]] = {}
+        if open_tasks:
+            changes = self._collect_closed(batch, open_tasks, full)
+        if changes:
+            self.store.update_tasks(batch_id, changes)
+            for task_id, change in changes.items():
+                log.info("batch %s: task %s finished as %s", batch_id, task_id, change["status"])
+        self._refresh_progress(batch_id, started)
+        return list(changes)
+
+    def _collect_closed(self, batch: BatchRecord, open_tasks: dict[int, TaskRecord],
+                        full: bool) -> dict[str, dict[str, Any]]:
+        since = None
+        if not full and batch.last_polled_at is not None:
+            since = batch.last_polled_at - SINCE_OVERLAP
+        state = "all" if full else "closed"
+        seen: set[int] = set()
+        changes: dict[str, dict[str, Any]] = {}
+        for issue in self.gitea.iter_issues(batch.repo, state=state,
+                                            labels=self.settings.task_label, since=since):
+            seen.add(issue.number)
+            task = open_tasks.get(issue.number)
+            if task is not None and issue.state == "closed":
+                changes[task.task_id] = self._finish(batch, issue)
+        if full:
+            for number, task in open_tasks.items():
+                if number not in seen:
+                    changes.update(self._check_unseen(batch, task, number))
+        return changes
+
+    def _check_unseen(self, batch: BatchRecord, task: TaskRecord,
+                      number: int) -> dict[str, dict[str, Any]]:
+        try:
+            issue = self.gitea.get_issue(batch.repo, number)
+        except ForgeNotFound:
+            result = TaskResult(summary="the issue was deleted before the lane finished it")
+            return {task.task_id: {"status": "missing", "result": result,
+                                   "finished_at": utcnow()}}
+        if issue.state == "closed":
+            return {task.task_id: self._finish(batch, issue)}
+        return {}
+
+    def _finish(self, batch: BatchRecord, issue: ForgeIssue) -> dict[str, Any]:
+        try:
+            comments = self.gitea.list_comments(batch.repo, issue.number)
+        except ForgeNotFound:
+            return {"status": "missing", "finished_at": utcnow(),
+                    "result": TaskResult(summary="the issue was deleted")}
+        status, result = read_result(issue, comments, self.settings.label_results)
+        return {"status": status, "result": result, "finished_at": issue.closed_at or utcnow()}
+
+    def _refresh_progress(self, batch_id: str, polled_at: Any) -> BatchRecord:
+        tasks = self.store.get_tasks(batch_id)
+        done = sum(1 for t in tasks if t.status in FINISHED_TASK_STATUSES)
+        fields: dict[str, Any] = {"done": done, "last_polled_at": polled_at}
+        if done == len(tasks):
+            fields.update(status="completed", completed_at=utcnow())
+            log.info("batch %s: all %d tasks finished", batch_id, done)
+        return self.store.update_batch(batch_id, **fields)
+
+    # -- emit ---------------------------------------------------------------------------
+
+    def build_report(self, batch_id: str) -> dict[str, Any]:
+        """The report document for a finished batch."""
+        batch = self.store.get_batch(batch_id)
+        tasks = self.store.get_tasks(batch_id)
+        counts: dict[str, int] = {"total": len(tasks), "passed": 0, "failed": 0}
+        for task in tasks:
+            counts[task.status] = counts.get(task.status, 0) + 1
+        report = Report(
+            batch_id=batch.batch_id, client_id=batch.client_id, batch_ref=batch.batch_ref,
+            status="completed" if batch.status == "emitted" else batch.status,
+            counts=counts, created_at=batch.created_at, completed_at=batch.completed_at,
+            results=[
+                ReportResult(task_id=t.task_id, status=t.status, issue_url=t.issue_url,
+                             summary=t.result.summary if t.result else "",
+                             details=t.result.details if t.result else None)
+                for t in tasks
+            ],
+        )
+        data: dict[str, Any] = report.model_dump(mode="json")
+        return data
+
+    def emit(self, batch_id: str, *, force: bool = False) -> dict[str, Any]:
+        """Deliver the report once every task finished; marks the batch `emitted`.
+
+        Emitting an emitted batch does nothing unless `force`, which re-sends the identical
+        payload. Raises DeliveryError when the callback keeps failing (the report is then
+        kept in `outbox/undelivered/`).
+        """
+        batch = self.store.get_batch(batch_id)
+        if batch.status == "running":
+            return {"ok": False, "reason": "not_finished", "batch_id": batch_id,
+                    "done": batch.done, "total": batch.total}
+        if batch.status == "emitted" and not force:
+            return {"ok": True, "batch_id": batch_id, "already_emitted": True,
+                    "emitted_at": batch.emitted_at.isoformat() if batch.emitted_at else None}
+        report = batch.report
+        if report is None:
+            report = self.build_report(batch_id)
+            batch = self.store.update_batch(batch_id, report=report)
+        try:
+            where = self.emitter.deliver(report, batch.callback_url, self.settings.webhook_secret)
+        except DeliveryError as exc:
+            self._delivery_failed(batch, exc)
+            raise
+        self.store.update_batch(batch_id, status="emitted", emitted_at=utcnow(),
+                                last_delivery_error=None, next_delivery_at=None)
+        log.info("batch %s: report emitted to %s", batch_id, where)
+        return {"ok": True, "batch_id": batch_id, "delivered_to": where}
+
+    def _delivery_failed(self, batch: BatchRecord, error: DeliveryError) -> None:
+        attempts = batch.delivery_attempts + 1
+        delay = timedelta(seconds=min(60 * 2 ** (attempts - 1), 6 * 3600))
+        next_at = utcnow() + delay if attempts < MAX_DELIVERY_ATTEMPTS else None
+        self.store.update_batch(batch.batch_id, delivery_attempts=attempts,
+                                last_delivery_error=str(error), next_delivery_at=next_at)
+        log.warning("batch %s: delivery failed (%d/%d): %s", batch.batch_id, attempts,
+                    MAX_DELIVERY_ATTEMPTS, error)
+
+    def due_for_delivery(self, batch: BatchRecord) -> bool:
+        """A completed batch whose delivery is not waiting out a backoff or given up."""
+        if batch.status not in ("completed", "cancelled", "expired"):
+            return False
+        if batch.delivery_attempts == 0:
+            return True
+        return batch.next_delivery_at is not None and batch.next_delivery_at <= utcnow()
+
+
+def _opened(issue: ForgeIssue) -> dict[str, Any]:
+    return {"status": "open", "issue_number": issue.number, "issue_url": issue.html_url}
+
+
+def _as_completed_or_fail(futures: Iterable[Future[ForgeIssue]]) -> Iterable[Future[ForgeIssue]]:
+    """Yield futures as they finish; stop at the first failure (its result() raises)."""
+    remaining = set(futures)
+    while remaining:
+        finished, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
+        yield from sorted(finished, key=lambda f: f.exception() is not None)
+
+
+def rejection_from_validation(exc: ValidationError) -> BatchRejected:
+    """Turn pydantic's first error into a client-readable rejection with a field path."""
+    first = exc.errors()[0]
+    path = ".".join(str(part) for part in first["loc"]) or "(document)"
+    return BatchRejected(
+        "invalid_batch", f"{path}: {first['msg']}", field=path,
+        errors=[{"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
+                for e in exc.errors()[:20]],
+    )

@@ -1,0 +1,180 @@
+"""Pydantic models: the batch file clients drop, the records we store, the report we emit."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+BatchStatus = Literal["running", "completed", "emitted", "cancelled", "expired"]
+TaskStatus = Literal[
+    "pending", "open", "passed", "failed", "closed", "missing", "cancelled", "expired"
+]
+FINISHED_TASK_STATUSES: frozenset[str] = frozenset(
+    {"passed", "failed", "closed", "missing", "cancelled", "expired"}
+)
+
+
+def _check_id(value: str) -> str:
+    if ".." in value:
+        raise ValueError("must not contain '..'")
+    return value
+
+
+def _check_text(value: str) -> str:
+    if _CONTROL_RE.search(value):
+        raise ValueError("must not contain NUL or control characters")
+    return value
+
+
+Id = Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_check_id)]
+Text = Annotated[str, AfterValidator(_check_text)]
+
+
+def utcnow() -> datetime:
+    """Current time, timezone-aware UTC, whole microseconds."""
+    return datetime.now(UTC)
+
+
+def new_batch_id(now: datetime | None = None) -> str:
+    """A sortable id, unique even after the state is wiped: UTC time + random suffix."""
+    moment = now or utcnow()
+    return f"{moment:%Y%m%d-%H%M%S}-{moment.microsecond // 1000:03d}{secrets.token_hex(3)}"
+
+
+class TaskSpec(BaseModel):
+    """One task as the client wrote it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: Id
+    title: Annotated[Text, Field(min_length=1, max_length=255)]
+    body: Text = ""
+    acceptance: list[Text] = Field(default_factory=list)
+
+
+class BatchFile(BaseModel):
+    """The JSON document a client drops into the inbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    client_id: Id | None = None
+    batch_ref: Id | None = None
+    callback_url: str | None = None
+    tasks: list[TaskSpec] = Field(min_length=1)
+
+    @field_validator("tasks")
+    @classmethod
+    def _unique_task_ids(cls, tasks: list[TaskSpec]) -> list[TaskSpec]:
+        seen: set[str] = set()
+        for task in tasks:
+            if task.task_id in seen:
+                raise ValueError(f"duplicate task_id {task.task_id!r}")
+            seen.add(task.task_id)
+        return tasks
+
+    @field_validator("callback_url")
+    @classmethod
+    def _http_only(cls, url: str | None) -> str | None:
+        if url in (None, ""):
+            return None
+        assert url is not None
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return url
+
+
+class TaskResult(BaseModel):
+    """What the lane said about one task."""
+
+    summary: str = ""
+    details: Any = None
+
+
+class TaskRecord(BaseModel):
+    """One task as stored (table `eval_tasks` of the seed)."""
+
+    task_id: str
+    batch_id: str
+    repo: str
+    issue_number: int | None = None
+    issue_url: str | None = None
+    payload: TaskSpec
+    status: TaskStatus = "pending"
+    result: TaskResult | None = None
+    created_at: datetime
+    finished_at: datetime | None = None
+
+
+class BatchRecord(BaseModel):
+    """One batch as stored (table `eval_batches` of the seed)."""
+
+    batch_id: str
+    client_id: str
+    batch_ref: str | None = None
+    callback_url: str | None = None
+    status: BatchStatus = "running"
+    repo: str
+    source: str | None = None
+    sha256: str | None = None
+    total: int
+    done: int = 0
+    cost: int = 0
+    created_at: datetime
+    completed_at: datetime | None = None
+    emitted_at: datetime | None = None
+    last_polled_at: datetime | None = None
+    intake_started: bool = False
+    delivery_attempts: int = 0
+    next_delivery_at: datetime | None = None
+    last_delivery_error: str | None = None
+    report: dict[str, Any] | None = None
+
+
+class Client(BaseModel):
+    """A paying client and its credit balance."""
+
+    client_id: str
+    balance: int = 0
+    created_at: datetime
+
+
+class LedgerEntry(BaseModel):
+    """One money movement; balances change only through these."""
+
+    client_id: str
+    amount: int
+    balance_after: int
+    kind: Literal["fund", "charge", "refund"]
+    batch_id: str | None = None
+    note: str = ""
+    at: datetime
+
+
+class ReportResult(BaseModel):
+    """One task line of a report."""
+
+    task_id: str
+    status: TaskStatus
+    summary: str
+    issue_url: str | None
+    details: Any = None
+
+
+class Report(BaseModel):
+    """The document written to `outbox/<batch_id>.json` or POSTed to the callback."""
+
+    batch_id: str
+    client_id: str
+    batch_ref: str | None
+    status: BatchStatus
+    counts: dict[str, int]
+    results: list[ReportResult]
+    created_at: datetime
+    completed_at: datetime | None

@@ -1,0 +1,238 @@
+"""TinyDB behind a small repository API; the only module that imports tinydb.
+
+Layout under the state folder::
+
+    index.json              tables clients, ledger, batches (one small summary row per batch)
+    batches/<batch_id>.json tables batch (one row) and tasks (one row per task)
+    store.lock              inter-process lock held around every read-modify-write
+
+Every TinyDB file is replaced atomically (temp file, fsync, rename, fsync of the folder), so a
+crash or a concurrent reader never sees half a file. A write to one batch costs only that
+batch's size, never the size of the history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+from tinydb import Query, TinyDB
+from tinydb.storages import Storage
+
+from .errors import NotFoundError, StoreError
+from .fileio import write_atomically
+from .models import BatchRecord, Client, LedgerEntry, TaskRecord
+
+
+class AtomicJSONStorage(Storage):
+    """TinyDB storage that re-reads per call and replaces the file atomically on write."""
+
+    def __init__(self, path: str) -> None:
+        self._path = Path(path)
+
+    def read(self) -> dict[str, dict[str, Any]] | None:
+        try:
+            text = self._path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read {self._path}: {exc}") from exc
+        try:
+            data: dict[str, dict[str, Any]] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            # Never fall back to "empty": the next write would wipe the database.
+            raise StoreError(f"{self._path} is corrupt ({exc}); restore it from a copy") from exc
+        return data
+
+    def write(self, data: dict[str, dict[str, Any]]) -> None:
+        write_atomically(self._path, json.dumps(data, separators=(",", ":")))
+
+    def close(self) -> None:
+        """Nothing is held open between calls."""
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    data: dict[str, Any] = model.model_dump(mode="json")
+    return data
+
+
+class Store:
+    """Repository API over the state folder; safe across threads and processes."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.batches_dir = state_dir / "batches"
+        self.batches_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(state_dir / "store.lock"))
+        self._remove_stale_temp_files()
+
+    def _remove_stale_temp_files(self) -> None:
+        with self.locked():
+            for folder in (self.state_dir, self.batches_dir):
+                for tmp in folder.glob(".*.tmp"):
+                    tmp.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the inter-process lock (re-entrant within a thread)."""
+        with self._lock:
+            yield
+
+    @contextlib.contextmanager
+    def _open(self, path: Path) -> Iterator[TinyDB]:
+        db = TinyDB(str(path), storage=AtomicJSONStorage)
+        try:
+            yield db
+        finally:
+            db.close()
+
+    def _index(self) -> contextlib.AbstractContextManager[TinyDB]:
+        return self._open(self.state_dir / "index.json")
+
+    def _batch_file(self, batch_id: str) -> Path:
+        return self.batches_dir / f"{batch_id}.json"
+
+    # -- clients and ledger -------------------------------------------------------------
+
+    def get_client(self, client_id: str) -> Client | None:
+        """The client, or None when unknown."""
+        with self._index() as db:
+            row = db.table("clients").get(Query().client_id == client_id)
+        return Client.model_validate(row) if row else None
+
+    def list_clients(self) -> list[Client]:
+        """Every client, sorted by id."""
+        with self._index() as db:
+            rows = db.table("clients").all()
+        return sorted((Client.model_validate(r) for r in rows), key=lambda c: c.client_id)
+
+    def add_client(self, client: Client) -> None:
+        """Create a client; the caller holds the lock and checked it is new."""
+        with self._index() as db:
+            db.table("clients").insert(_dump(client))
+
+    def post_ledger(self, entry: LedgerEntry) -> None:
+        """Append a ledger entry and set the client's balance to its `balance_after`."""
+        with self._index() as db:
+            db.table("ledger").insert(_dump(entry))
+            db.table("clients").update(
+                {"balance": entry.balance_after}, Query().client_id == entry.client_id
+            )
+
+    def ledger(self, client_id: str) -> list[LedgerEntry]:
+        """The client's ledger, oldest first."""
+        with self._index() as db:
+            rows = db.table("ledger").search(Query().client_id == client_id)
+        return [LedgerEntry.model_validate(r) for r in rows]
+
+    # -- batches ------------------------------------------------------------------------
+
+    def create_batch(self, batch: BatchRecord, tasks: list[TaskRecord]) -> None:
+        """Write a new batch file (one write for all tasks) and its index row."""
+        path = self._batch_file(batch.batch_id)
+        if path.exists():
+            raise StoreError(f"batch {batch.batch_id} already exists")
+        with self._open(path) as db:
+            db.storage.write(
+                {
+                    "batch": {"1": _dump(batch)},
+                    "tasks": {str(i): _dump(t) for i, t in enumerate(tasks, start=1)},
+                }
+            )
+        with self._index() as db:
+            db.table("batches").insert(_summary(batch))
+
+    def get_batch(self, batch_id: str) -> BatchRecord:
+        """The batch record; NotFoundError when unknown."""
+        path = self._batch_file(batch_id)
+        if not _safe_id(batch_id) or not path.exists():
+            raise NotFoundError(f"no batch {batch_id!r}")
+        with self._open(path) as db:
+            row = db.table("batch").get(doc_id=1)
+        if row is None:
+            raise StoreError(f"{path} has no batch row")
+        return BatchRecord.model_validate(row)
+
+    def get_tasks(self, batch_id: str) -> list[TaskRecord]:
+        """Every task of the batch in file order."""
+        self.get_batch(batch_id)
+        with self._open(self._batch_file(batch_id)) as db:
+            rows = db.table("tasks").all()
+        return [TaskRecord.model_validate(r) for r in rows]
+
+    def update_tasks(self, batch_id: str, changes: dict[str, dict[str, Any]]) -> None:
+        """Apply per-task field changes keyed by task_id in one write."""
+        if not changes:
+            return
+        encoded = {
+            task_id: {k: _encode(v) for k, v in fields.items()}
+            for task_id, fields in changes.items()
+        }
+
+        def apply(doc: MutableMapping[str, Any]) -> None:
+            doc.update(encoded.get(doc["task_id"], {}))
+
+        with self._open(self._batch_file(batch_id)) as db:
+            db.table("tasks").update(apply)
+
+    def update_batch(self, batch_id: str, **fields: Any) -> BatchRecord:
+        """Change batch fields (one write) and refresh its index row; returns the new record."""
+        encoded = {k: _encode(v) for k, v in fields.items()}
+        with self._open(self._batch_file(batch_id)) as db:
+            db.table("batch").update(encoded, doc_ids=[1])
+            row = db.table("batch").get(doc_id=1)
+        batch = BatchRecord.model_validate(row)
+        summary = _summary(batch)
+        if any(key in summary for key in fields):
+            with self._index() as db:
+                db.table("batches").update(summary, Query().batch_id == batch_id)
+        return batch
+
+    def list_batches(self, where: Callable[[dict[str, Any]], bool] | None = None) -> list[
+        dict[str, Any]
+    ]:
+        """Index rows (batch_id, client_id, status, done, total, ...), oldest first."""
+        with self._index() as db:
+            rows = db.table("batches").all()
+        chosen = [dict(r) for r in rows if where is None or where(r)]
+        return sorted(chosen, key=lambda r: str(r["batch_id"]))
+
+    def find_batch(self, client_id: str, *, sha256: str | None = None,
+                   batch_ref: str | None = None) -> str | None:
+        """The id of an earlier batch of this client with the same bytes or batch_ref."""
+
+        def same(row: dict[str, Any]) -> bool:
+            if row["client_id"] != client_id:
+                return False
+            return bool((sha256 and row.get("sha256") == sha256)
+                        or (batch_ref and row.get("batch_ref") == batch_ref))
+
+        found = self.list_batches(same)
+        return str(found[0]["batch_id"]) if found else None
+
+
+_SUMMARY_FIELDS = (
+    "batch_id", "client_id", "batch_ref", "status", "total", "done", "repo", "sha256",
+    "source", "created_at", "completed_at", "emitted_at",
+)
+
+
+def _summary(batch: BatchRecord) -> dict[str, Any]:
+    data = _dump(batch)
+    return {key: data[key] for key in _SUMMARY_FIELDS}
+
+
+def _encode(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _safe_id(batch_id: str) -> bool:
+    return bool(batch_id) and "/" not in batch_id and "\\" not in batch_id and ".." not in batch_id
