@@ -190,7 +190,7 @@ def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
     folder = app.inbox.root / client_id if client_id else app.inbox.root
     folder.mkdir(parents=True, exist_ok=True)
     if file.resolve().parent == folder.resolve():
-        return file
+        return file.resolve()
     target = folder / file.name
     if target.exists():
         target = folder / f"{file.stem}.{utcnow():%Y%m%d%H%M%S%f}{file.suffix}"

@@ -123,7 +123,7 @@ class GiteaClient:
         hint = getattr(error, "retry_after", None)
         if hint is not None:
             return float(min(hint, self.max_wait))
-        backoff = wait_exponential_jitter(initial=0.5, max=self.max_wait, jitter=0.5)
+        backoff = wait_exponential_jitter(multiplier=0.5, max=self.max_wait, jitter=0.5)
         return float(backoff(state))
 
     def _pages(self, path: str, params: dict[str, Any]) -> Iterator[list[Any]]:

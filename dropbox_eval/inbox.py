@@ -104,7 +104,7 @@ class ReadinessTracker:
             if seen is None or (seen.size, seen.mtime_ns) != (info.st_size, info.st_mtime_ns):
                 self._seen[path] = _Seen(info.st_size, info.st_mtime_ns, moment)
                 return None if self.quiet_period > 0 else True
-        return moment - seen.stable_since >= self.quiet_period
+        return True if moment - seen.stable_since >= self.quiet_period else None
 
 
 @dataclass
@@ -120,10 +120,10 @@ class Inbox:
     """Turns ready files into batches via the intake, and files them away."""
 
     def __init__(self, root: Path, intake: EvalIntake, max_file_bytes: int) -> None:
-        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root.resolve()
         self.intake = intake
         self.max_file_bytes = max_file_bytes
-        root.mkdir(parents=True, exist_ok=True)
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans)."""
@@ -139,6 +139,8 @@ class Inbox:
 
     def process(self, path: Path) -> Outcome:
         """Accept or reject one ready file; never raises for bad input."""
+        if not is_candidate_name(self.root, path):
+            return Outcome("skipped", None, {"reason": "not an inbox candidate"})
         log.info("file %s: seen", path)
         try:
             raw = self._read(path)

@@ -21,7 +21,7 @@ from .emitter import Emitter, FileEmitter, WebhookEmitter
 from .errors import AlreadyRunning, DeliveryError, DropboxEvalError, ForgeError
 from .fileio import write_json
 from .forge import GiteaClient
-from .inbox import Inbox, ReadinessTracker
+from .inbox import Inbox, ReadinessTracker, is_candidate_name
 from .intake import EvalIntake
 from .models import utcnow
 from .store import Store
@@ -123,7 +123,7 @@ class Service:
         self.poll_cycle()
 
     def _run_forever(self) -> None:
-        watcher = InboxWatcher(self.settings.inbox_path, self.tracker.touch, self.wake,
+        watcher = InboxWatcher(self.app.inbox.root, self._offer, self.wake,
                                polling=self.polling)
         watcher.start()
         try:
@@ -145,6 +145,11 @@ class Service:
             watcher.stop()
 
     # -- steps --------------------------------------------------------------------------
+
+    def _offer(self, path: Path) -> None:
+        """Called from the observer thread for every event path: keep inbox candidates only."""
+        if is_candidate_name(self.app.inbox.root, path):
+            self.tracker.touch(path)
 
     def _rescan(self) -> None:
         for path in self.app.inbox.scan():

@@ -1,0 +1,76 @@
+"""Unauthenticated `/_sandbox` control routes: fault injection and the request log."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from .web import forge, reply
+
+router = APIRouter(prefix="/_sandbox")
+
+
+class FaultsOption(BaseModel):
+    """Body of `POST /_sandbox/faults`."""
+
+    count: int = 1
+    status: int = 503
+    retry_after: int | None = None
+    path_contains: str = ""
+
+
+class DelayOption(BaseModel):
+    """Body of `POST /_sandbox/delay`."""
+
+    seconds: float = 0.0
+
+
+class FailForOption(BaseModel):
+    """Body of `POST /_sandbox/fail_for`."""
+
+    seconds: float = 0.0
+    status: int = 503
+
+
+@router.post("/faults")
+async def add_faults(request: Request, opt: FaultsOption) -> JSONResponse:
+    """Fail the next `count` matching API requests."""
+    forge(request).faults.fail_next(
+        opt.count, opt.status, retry_after=opt.retry_after, path_contains=opt.path_contains
+    )
+    return reply({"ok": True})
+
+
+@router.delete("/faults")
+async def clear_faults(request: Request) -> JSONResponse:
+    """Drop pending faults, the failure window and the delay."""
+    forge(request).faults.clear()
+    return reply({"ok": True})
+
+
+@router.post("/delay")
+async def set_delay(request: Request, opt: DelayOption) -> JSONResponse:
+    """Delay every API request by `seconds`."""
+    forge(request).faults.delay = max(0.0, opt.seconds)
+    return reply({"ok": True})
+
+
+@router.post("/fail_for")
+async def fail_for(request: Request, opt: FailForOption) -> JSONResponse:
+    """Fail every API request for the next `seconds`."""
+    forge(request).faults.fail_for(opt.seconds, opt.status)
+    return reply({"ok": True})
+
+
+@router.get("/requests")
+async def list_requests(request: Request) -> JSONResponse:
+    """The API request log, oldest first."""
+    return reply([entry.to_json() for entry in forge(request).log.entries()])
+
+
+@router.delete("/requests")
+async def clear_requests(request: Request) -> JSONResponse:
+    """Forget the API request log."""
+    forge(request).log.clear()
+    return reply({"ok": True})

@@ -1,0 +1,27 @@
+"""Gitea-shaped API errors raised by the sandbox state and routes."""
+
+from __future__ import annotations
+
+
+class ForgeError(Exception):
+    """An API error that is answered as a Gitea-style JSON body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class NotFoundError(ForgeError):
+    """404 with Gitea's `{"errors": null, "message": "not found"}` body."""
+
+    def __init__(self) -> None:
+        super().__init__(404, "not found")
+
+
+def error_body(status: int, message: str, base_url: str) -> dict[str, object]:
+    """Return the JSON body Gitea sends for an error with this status."""
+    url = f"{base_url}/api/swagger"
+    if status == 404:
+        return {"errors": None, "message": message, "url": url}
+    return {"message": message, "url": url}

@@ -1,0 +1,94 @@
+"""ASGI middleware for `/api/v1`: delay, fault injection, token auth and request logging."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import error_body
+from .faults import Fault, RequestLogEntry
+from .state import ForgeState
+
+API_PREFIX = "/api/v1"
+PUBLIC_PATHS = frozenset({"/api/v1/version"})
+USER_KEY = "sandbox_user"
+
+
+class ApiMiddleware:
+    """Wraps the app; every `/api/v1` request is logged, whatever answered it."""
+
+    def __init__(self, app: ASGIApp, state: ForgeState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one ASGI connection scope."""
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or not _is_api(path):
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def logged_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._serve(scope, receive, logged_send, path)
+        finally:
+            query = scope.get("query_string", b"").decode("latin-1")
+            self.state.log.append(RequestLogEntry(scope["method"], path, status, query))
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        faults = self.state.faults
+        if faults.delay > 0:
+            await asyncio.sleep(faults.delay)
+        fault = faults.take(path)
+        if fault is not None:
+            await _reply_fault(send, fault)
+            return
+        if path not in PUBLIC_PATHS:
+            login, problem = self._authenticate(scope)
+            if login is None:
+                await _reply(send, 401, error_body(401, problem, self.state.base_url))
+                return
+            scope[USER_KEY] = login
+        await self.app(scope, receive, send)
+
+    def _authenticate(self, scope: Scope) -> tuple[str | None, str]:
+        header = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value
+                break
+        parts = header.decode("latin-1").split()
+        if len(parts) != 2 or parts[0].lower() not in ("token", "bearer"):
+            return None, "token is required"
+        login = self.state.login_for_token(parts[1])
+        return login, "user does not exist [uid: 0, name: ]"
+
+
+def _is_api(path: str) -> bool:
+    return path == API_PREFIX or path.startswith(API_PREFIX + "/")
+
+
+async def _reply_fault(send: Send, fault: Fault) -> None:
+    extra = [] if fault.retry_after is None else [(b"retry-after", str(fault.retry_after).encode())]
+    await _reply(send, fault.status, {"message": "sandbox fault"}, extra)
+
+
+async def _reply(
+    send: Send, status: int, body: dict[str, object], extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = json.dumps(body).encode()
+    headers = [
+        (b"content-type", b"application/json;charset=utf-8"),
+        (b"content-length", str(len(payload)).encode()),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,82 @@
+"""Parsing and validation helpers shared by the sandbox state and routes (no HTTP)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlencode
+
+from .errors import ForgeError
+
+MAX_RESPONSE_ITEMS = 50
+DEFAULT_PAGING_NUM = 30
+REPO_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_COLOR = re.compile(r"^#([0-9a-f]{3}|[0-9a-f]{6})$")
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+
+
+@dataclass(frozen=True)
+class IssueQuery:
+    """Filters and paging of `GET /repos/{o}/{r}/issues`."""
+
+    state: str = "open"
+    labels: tuple[str, ...] = ()
+    since: int | None = None
+    before: int | None = None
+    page: int = 1
+    limit: int = DEFAULT_PAGING_NUM
+    pulls_only: bool = False
+
+
+def normalize_color(color: str) -> str:
+    """Normalize a label color like Gitea: `#rgb`/`rgb`/`#rrggbb`/`rrggbb` -> `rrggbb`."""
+    value = color.strip().lower()
+    if len(value) in (3, 6):
+        value = "#" + value
+    if not _COLOR.match(value):
+        raise ForgeError(422, f"invalid color: {color}")
+    digits = value[1:]
+    if len(digits) == 3:
+        digits = "".join(ch * 2 for ch in digits)
+    return digits
+
+
+def parse_time(value: str | None) -> int | None:
+    """Parse a strict RFC3339 time (Z or offset) to whole unix seconds; bad values -> 422."""
+    if value is None or value == "":
+        return None
+    error = ForgeError(
+        422, f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse'
+    )
+    if not _RFC3339.match(value):
+        raise error
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise error from None
+    return int(parsed.timestamp() // 1)
+
+
+def page_size(limit: int | None) -> int:
+    """Apply Gitea's default page size and silent cap."""
+    if limit is None or limit <= 0:
+        return DEFAULT_PAGING_NUM
+    return min(limit, MAX_RESPONSE_ITEMS)
+
+
+def page_links(base: str, params: list[tuple[str, str]], page: int, limit: int, total: int) -> str:
+    """Build Gitea's `Link` header (next, last, first, prev) for a paged list."""
+    pages = max(1, -(-total // limit))
+    kept = [(k, v) for k, v in params if k != "page"]
+
+    def link(number: int, rel: str) -> str:
+        query = urlencode(sorted([*kept, ("page", str(number))]))
+        return f'<{base}?{query}>; rel="{rel}"'
+
+    links: list[str] = []
+    if page < pages:
+        links += [link(page + 1, "next"), link(pages, "last")]
+    if page > 1:
+        links += [link(1, "first"), link(min(page - 1, pages), "prev")]
+    return ",".join(links)

@@ -1,0 +1,79 @@
+"""Routes: version, user, settings, repositories and repo labels."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from .query import DEFAULT_PAGING_NUM, MAX_RESPONSE_ITEMS
+from .schemas import CreateLabelOption, CreateRepoOption
+from .web import body, forge, int_param, login, reply, total_headers
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.get("/version")
+async def version() -> JSONResponse:
+    """Server version (no auth)."""
+    return reply({"version": "1.22.0+sandbox"})
+
+
+@router.get("/user")
+async def current_user(request: Request) -> JSONResponse:
+    """The authenticated user."""
+    return reply(forge(request).user_json(login(request)))
+
+
+@router.get("/settings/api")
+async def api_settings() -> JSONResponse:
+    """Paging limits, like Gitea's defaults."""
+    return reply({
+        "max_response_items": MAX_RESPONSE_ITEMS,
+        "default_paging_num": DEFAULT_PAGING_NUM,
+        "default_git_trees_per_page": 1000,
+        "default_max_blob_size": 10485760,
+    })
+
+
+async def _create_repo(request: Request, owner: str, *, org_only: bool) -> JSONResponse:
+    opt = await body(request, CreateRepoOption)
+    repo = forge(request).create_repo(
+        owner, opt.name, description=opt.description or "", private=bool(opt.private),
+        auto_init=bool(opt.auto_init), org_only=org_only,
+    )
+    return reply(repo, 201)
+
+
+@router.post("/user/repos")
+async def create_user_repo(request: Request) -> JSONResponse:
+    """Create a repo for the authenticated user."""
+    return await _create_repo(request, login(request), org_only=False)
+
+
+@router.post("/orgs/{org}/repos")
+async def create_org_repo(request: Request, org: str) -> JSONResponse:
+    """Create a repo in an organization (404 if the org is unknown)."""
+    return await _create_repo(request, org, org_only=True)
+
+
+@router.get("/repos/{owner}/{repo}")
+async def get_repo(request: Request, owner: str, repo: str) -> JSONResponse:
+    """One repository."""
+    return reply(forge(request).get_repo(owner, repo))
+
+
+@router.get("/repos/{owner}/{repo}/labels")
+async def list_labels(request: Request, owner: str, repo: str) -> JSONResponse:
+    """Repo labels; all unless `page` is given."""
+    labels, total = forge(request).list_labels(
+        owner, repo, int_param(request, "page"), int_param(request, "limit")
+    )
+    return reply(labels, headers=total_headers(total))
+
+
+@router.post("/repos/{owner}/{repo}/labels")
+async def create_label(request: Request, owner: str, repo: str) -> JSONResponse:
+    """Create a label (duplicates allowed)."""
+    opt = await body(request, CreateLabelOption)
+    label = forge(request).create_label(owner, repo, opt.name, opt.color, opt.description or "")
+    return reply(label, 201)

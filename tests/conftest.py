@@ -1,0 +1,102 @@
+"""Shared fixtures: a real sandbox forge on loopback, a real callback receiver, tmp state."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dropbox_eval.config import Settings, load_settings
+from dropbox_eval.emitter import WebhookEmitter
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import App, build_app
+
+
+@pytest.fixture
+def forge() -> Iterator[SandboxForge]:
+    """A sandbox forge with no lane: tests close issues themselves."""
+    with SandboxForge(port=0) as running:
+        yield running
+
+
+@pytest.fixture
+def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
+    """Settings rooted in a tmp folder, pointing at the sandbox forge."""
+    return load_settings(home=tmp_path, gitea_url=forge.url, gitea_token=forge.token,
+                         owner=forge.user, quiet_period=0.1, poll_interval=0.2, task_price=2)
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    """Backoff sleeps requested by the code under test (recorded, not slept)."""
+    return []
+
+
+@pytest.fixture
+def app(settings: Settings, sleeps: list[float]) -> App:
+    """Wired components with recorded (instant) backoff sleeps."""
+    built = build_app(settings)
+    built.intake.emitter.webhooks = WebhookEmitter(sleep=sleeps.append, timeout=5)
+    assert built.intake._gitea is not None
+    built.intake._gitea.sleep = sleeps.append
+    return built
+
+
+@pytest.fixture
+def funded(app: App) -> str:
+    """A client with 100 credits."""
+    app.billing.add_client("acme", 100)
+    return "acme"
+
+
+def tasks(count: int, prefix: str = "t") -> list[dict[str, Any]]:
+    """A list of simple task specs."""
+    return [{"task_id": f"{prefix}{i}", "title": f"Task {i}", "body": f"Do thing {i}.",
+             "acceptance": [f"thing {i} done"]} for i in range(1, count + 1)]
+
+
+@dataclass
+class Receiver:
+    """A loopback HTTP server recording POSTs and answering scripted statuses."""
+
+    url: str
+    answers: list[int]
+    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A real callback receiver on 127.0.0.1."""
+    state = Receiver(url="", answers=[])
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server API
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            state.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+            status = state.answers.pop(0) if state.answers else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file."""
+    return json.loads(path.read_text(encoding="utf-8"))

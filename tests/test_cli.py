@@ -1,0 +1,87 @@
+"""The operator CLI, invoked in-process through click against the sandbox forge."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import tasks
+
+from dropbox_eval.cli import main
+from dropbox_eval.sandbox import SandboxForge
+
+
+@pytest.fixture
+def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    for key in list(__import__("os").environ):
+        if key.startswith("SAAS_EVAL_"):
+            monkeypatch.delenv(key)
+    runner = CliRunner()
+    base = ["--home", str(tmp_path), "--gitea-url", forge.url, "--gitea-token", forge.token,
+            "--owner", forge.user]
+
+    def invoke(*args: str):  # type: ignore[no-untyped-def]
+        return runner.invoke(main, [*base, *args], catch_exceptions=False)
+
+    return invoke
+
+
+def test_clients_add_fund_show_keep_a_ledger(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("clients", "add", "acme", "--credits", "5").exit_code == 0
+    assert cli("clients", "fund", "acme", "7").output.strip() == "acme: balance 12"
+    assert cli("clients", "fund", "acme", "0").exit_code == 1
+    shown = json.loads(cli("clients", "show", "acme", "--json").output)
+    assert shown["balance"] == 12
+    assert [e["amount"] for e in shown["ledger"]] == [5, 7]
+    assert cli("clients", "show", "ghost").exit_code == 3
+    assert cli("clients", "add", "acme").exit_code == 1
+
+
+def test_submit_batches_batch_poll_emit(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                        forge: SandboxForge) -> None:
+    cli("clients", "add", "acme", "--credits", "10")
+    source = tmp_path / "elsewhere" / "b.json"
+    source.parent.mkdir()
+    source.write_text(json.dumps({"client_id": "acme", "tasks": tasks(2)}))
+    submitted = cli("submit", str(source), "--json")
+    assert submitted.exit_code == 0, submitted.output
+    receipt = json.loads(submitted.output)
+    batch_id = receipt["batch_id"]
+    assert source.exists()  # the original stays where it was; a copy went through the inbox
+    assert (tmp_path / "inbox" / "accepted" / "b.json").read_bytes() == source.read_bytes()
+    listed = json.loads(cli("batches", "--json").output)
+    assert [(r["batch_id"], r["status"], r["total"]) for r in listed] == [
+        (batch_id, "running", 2)]
+    assert "running" in cli("batches").output
+    assert cli("emit", batch_id).exit_code == 1
+    owner, name = json.loads(cli("batch", batch_id, "--json").output)["repo"].split("/")
+    for issue in forge.issues(owner, name):
+        forge.finish_issue(owner, name, issue["number"], comment="Fine.", labels=["eval-pass"])
+    polled = json.loads(cli("poll", "--json").output)
+    assert sorted(polled[batch_id]) == ["t1", "t2"]
+    detail = json.loads(cli("batch", batch_id, "--json").output)
+    assert detail["status"] == "completed"
+    assert [t["status"] for t in detail["tasks"]] == ["passed", "passed"]
+    assert "Fine." in cli("batch", batch_id).output
+    assert cli("emit", batch_id).exit_code == 0
+    report = json.loads((tmp_path / "outbox" / f"{batch_id}.json").read_text())
+    assert report["counts"]["passed"] == 2
+    assert "already emitted" in cli("emit", batch_id).output
+    assert cli("batch", "nope").exit_code == 3
+
+
+def test_submit_rejected_file_exits_4(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "bad.json"
+    source.write_text("{not json")
+    result = cli("submit", str(source), "--client", "acme")
+    assert result.exit_code == 4
+    assert "invalid_json" in result.output
+    assert (tmp_path / "inbox" / "acme" / "rejected" / "bad.json.error.json").exists()
+
+
+def test_status_reports_not_running(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("status", "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.output)["running"] is False

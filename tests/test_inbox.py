@@ -1,0 +1,135 @@
+"""Dropped files end in accepted/ or rejected/ with a receipt or an actionable error."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import read_json, tasks
+
+from dropbox_eval.inbox import ReadinessTracker, is_candidate_name
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import App
+
+
+def _drop(app: App, name: str, content: Any, client_folder: str | None = None) -> Path:
+    folder = app.inbox.root / client_folder if client_folder else app.inbox.root
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    data = content if isinstance(content, bytes) else json.dumps(content).encode()
+    path.write_bytes(data)
+    return path
+
+
+def test_accepted_file_moves_with_receipt(app: App, forge: SandboxForge, funded: str) -> None:
+    raw = json.dumps({"client_id": funded, "tasks": tasks(2)}).encode()
+    path = _drop(app, "nightly.json", raw)
+    outcome = app.inbox.process(path)
+    assert outcome.status == "accepted"
+    moved = app.inbox.root / "accepted" / "nightly.json"
+    assert moved.read_bytes() == raw and not path.exists()
+    receipt = read_json(app.inbox.root / "accepted" / "nightly.json.receipt.json")
+    assert receipt["batch_id"] == outcome.document["batch_id"]
+    assert len(receipt["issues"]) == 2 and all(i["issue_number"] for i in receipt["issues"])
+    import hashlib
+
+    assert receipt["sha256"] == hashlib.sha256(raw).hexdigest()
+
+
+def test_per_client_folder_sets_client_and_refuses_another(app: App, funded: str) -> None:
+    app.billing.add_client("other", 100)
+    ok = app.inbox.process(_drop(app, "a.json", {"tasks": tasks(1)}, client_folder="acme"))
+    assert ok.status == "accepted"
+    assert app.store.get_batch(ok.document["batch_id"]).client_id == "acme"
+    assert (app.inbox.root / "acme" / "accepted" / "a.json").exists()
+    bad = app.inbox.process(_drop(app, "b.json", {"client_id": "other", "tasks": tasks(1)},
+                                  client_folder="acme"))
+    assert bad.status == "rejected"
+    error = read_json(app.inbox.root / "acme" / "rejected" / "b.json.error.json")
+    assert error["ok"] is False and error["reason"] == "client_mismatch"
+    assert app.billing.client("other").balance == 100
+
+
+@pytest.mark.parametrize(
+    ("content", "reason", "field"),
+    [
+        (b'{"client_id": "acme", "tasks": [', "invalid_json", None),
+        (b"", "invalid_json", None),
+        (b"\xff\xfe{}", "invalid_encoding", None),
+        (b"[1, 2]", "invalid_batch", "(document)"),
+        ({"client_id": "acme", "tasks": []}, "invalid_batch", "tasks"),
+        ({"client_id": "acme", "tasks": tasks(1), "colour": "red"}, "invalid_batch", "colour"),
+        ({"client_id": "acme", "tasks": [{"task_id": "a/b", "title": "x"}]}, "invalid_batch",
+         "tasks.0.task_id"),
+        ({"client_id": "acme", "tasks": [{"task_id": "a..b", "title": "x"}]}, "invalid_batch",
+         "tasks.0.task_id"),
+        ({"client_id": "acme", "tasks": tasks(1) + tasks(1)}, "invalid_batch", "tasks"),
+        ({"client_id": "acme", "tasks": [{"task_id": "t", "title": "x" * 256}]},
+         "invalid_batch", "tasks.0.title"),
+        ({"tasks": tasks(1)}, "missing_client_id", "client_id"),
+        ({"client_id": "ghost", "tasks": tasks(1)}, "unknown_client", None),
+        ({"client_id": "acme", "tasks": tasks(51)}, "unfunded", None),
+    ],
+)
+def test_bad_files_are_rejected_with_reason(app: App, forge: SandboxForge, funded: str,
+                                            content: Any, reason: str, field: str | None) -> None:
+    forge.clear_requests()
+    path = _drop(app, "bad.json", content)
+    original = path.read_bytes()
+    outcome = app.inbox.process(path)
+    assert outcome.status == "rejected"
+    error = read_json(app.inbox.root / "rejected" / "bad.json.error.json")
+    assert error["reason"] == reason
+    assert error["message"]
+    if field is not None:
+        assert error["field"] == field
+    assert (app.inbox.root / "rejected" / "bad.json").read_bytes() == original
+    assert forge.requests == []
+
+
+def test_same_bytes_twice_make_one_batch(app: App, funded: str) -> None:
+    raw = json.dumps({"client_id": funded, "tasks": tasks(1)}).encode()
+    first = app.inbox.process(_drop(app, "x.json", raw))
+    second = app.inbox.process(_drop(app, "x.json", raw))
+    assert second.document["batch_id"] == first.document["batch_id"]
+    assert second.document["duplicate"] is True
+    assert (app.inbox.root / "accepted" / "x.1.json").exists()
+    assert len(app.store.list_batches()) == 1
+    assert app.billing.client(funded).balance == 98
+
+
+def test_symlink_is_refused_and_target_untouched(app: App, funded: str, tmp_path: Path) -> None:
+    target = tmp_path / "secret.json"
+    target.write_text(json.dumps({"client_id": funded, "tasks": tasks(1)}))
+    link = app.inbox.root / "link.json"
+    link.symlink_to(target)
+    outcome = app.inbox.process(link)
+    assert outcome.status == "rejected" and outcome.document["reason"] == "symlink"
+    assert target.exists() and (app.inbox.root / "rejected" / "link.json").is_symlink()
+
+
+def test_candidate_names_skip_hidden_temporary_and_outcome_folders(tmp_path: Path) -> None:
+    root = tmp_path
+    assert is_candidate_name(root, root / "a.json")
+    assert is_candidate_name(root, root / "acme" / "a.json")
+    for name in (".a.json", "a.json.filepart", "a.json.part", ".a.json.Xy12Ab", "a.txt",
+                 "accepted/a.json", "rejected/a.json", "acme/accepted/a.json", "x/y/z.json"):
+        assert not is_candidate_name(root, root / name), name
+
+
+def test_readiness_waits_for_quiet_period(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text("{")
+    tracker = ReadinessTracker(quiet_period=1.0)
+    tracker.touch(path)
+    assert tracker.ready(now=100.0) == []
+    assert tracker.ready(now=100.5) == []
+    with path.open("a") as handle:
+        handle.write("}")
+    os.utime(path, ns=(1, 1))
+    assert tracker.ready(now=101.2) == []  # changed: the clock restarts
+    assert tracker.ready(now=102.3) == [path]
+    assert tracker.pending() == 0

@@ -1,0 +1,60 @@
+"""TinyDB state: atomic files, inter-process lock, loud failure on corruption."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dropbox_eval.billing import Billing
+from dropbox_eval.errors import StoreError
+from dropbox_eval.store import Store
+
+FUND_SCRIPT = """
+import sys
+from pathlib import Path
+from dropbox_eval.billing import Billing
+from dropbox_eval.store import Store
+billing = Billing(Store(Path(sys.argv[1])), 1)
+for _ in range(int(sys.argv[2])):
+    billing.fund("acme", 1)
+"""
+
+
+def test_concurrent_funding_from_processes_and_threads_is_exact(tmp_path: Path) -> None:
+    billing = Billing(Store(tmp_path), 1)
+    billing.add_client("acme", 0)
+    procs = [subprocess.Popen([sys.executable, "-c", FUND_SCRIPT, str(tmp_path), "40"])
+             for _ in range(2)]
+    threads = [threading.Thread(target=lambda: [billing.fund("acme", 1) for _ in range(20)])
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert billing.client("acme").balance == 2 * 40 + 2 * 20
+    ledger = billing.store.ledger("acme")
+    assert len(ledger) == 120
+    assert sorted(e.balance_after for e in ledger) == list(range(1, 121))
+
+
+def test_corrupt_state_fails_loudly_and_is_not_reset(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    Billing(store, 1).add_client("acme", 5)
+    index = tmp_path / "index.json"
+    index.write_text('{"clients": {"1": {"client_id": "ac')
+    with pytest.raises(StoreError, match="corrupt"):
+        store.get_client("acme")
+    assert index.read_text().startswith('{"clients"')
+
+
+def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
+    Store(tmp_path)
+    stale = tmp_path / "batches" / ".x.json.abc.tmp"
+    stale.write_text("half")
+    Store(tmp_path)
+    assert not stale.exists()
