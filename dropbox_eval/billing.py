@@ -8,6 +8,8 @@ from .errors import BatchRejected, DropboxEvalError, NotFoundError
 from .models import Client, LedgerEntry, utcnow
 from .store import Store
 
+LedgerKind = Literal["fund", "charge", "refund"]
+
 
 class Billing:
     """Credits per client; every balance change is a ledger entry posted under the store lock."""
@@ -65,17 +67,18 @@ class Billing:
             )
         return cost
 
-    def charge(self, client_id: str, amount: int, batch_id: str) -> None:
-        """Debit a batch's cost; the caller holds the store lock and checked funding."""
-        if amount:
-            self._post(client_id, -amount, "charge", batch_id=batch_id)
+    def charge_entry(self, client_id: str, amount: int, batch_id: str) -> LedgerEntry | None:
+        """The ledger entry debiting a batch's cost (None when free); the caller holds the
+        store lock, checked funding, and posts it together with the batch."""
+        if not amount:
+            return None
+        return self._entry(client_id, -amount, "charge", batch_id=batch_id)
 
-    def _post(
-        self, client_id: str, amount: int, kind: Literal["fund", "charge", "refund"],
-        batch_id: str | None = None, note: str = "",
-    ) -> None:
+    def _post(self, client_id: str, amount: int, kind: LedgerKind, note: str = "") -> None:
+        self.store.post_ledger(self._entry(client_id, amount, kind, note=note))
+
+    def _entry(self, client_id: str, amount: int, kind: LedgerKind,
+               batch_id: str | None = None, note: str = "") -> LedgerEntry:
         balance = self.client(client_id).balance + amount
-        self.store.post_ledger(
-            LedgerEntry(client_id=client_id, amount=amount, balance_after=balance, kind=kind,
-                        batch_id=batch_id, note=note, at=utcnow())
-        )
+        return LedgerEntry(client_id=client_id, amount=amount, balance_after=balance, kind=kind,
+                           batch_id=batch_id, note=note, at=utcnow())

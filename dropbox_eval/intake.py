@@ -38,7 +38,7 @@ _JSON_FENCE_RE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL)
 _FENCE_RE = re.compile(r"```.*?```", re.DOTALL)
 SINCE_OVERLAP = timedelta(minutes=2)
 FLUSH_SECONDS = 1.0
-MAX_DELIVERY_ATTEMPTS = 8
+MAX_DELIVERY_DELAY = 6 * 3600.0
 LABEL_COLOR = "5319e7"
 
 
@@ -160,8 +160,8 @@ class EvalIntake:
                            payload=t, created_at=record.created_at)
                 for t in batch.tasks
             ]
-            self.store.create_batch(record, tasks)
-            self.core.charge(client_id, cost, record.batch_id)
+            charge = self.core.charge_entry(client_id, cost, record.batch_id)
+            self.store.create_batch(record, tasks, charge)
         return record, False
 
     def _new_record(self, batch: BatchFile, client_id: str, cost: int, source: str | None,
@@ -373,12 +373,18 @@ class EvalIntake:
 
     def _delivery_failed(self, batch: BatchRecord, error: DeliveryError) -> None:
         attempts = batch.delivery_attempts + 1
-        delay = timedelta(seconds=min(60 * 2 ** (attempts - 1), 6 * 3600))
-        next_at = utcnow() + delay if attempts < MAX_DELIVERY_ATTEMPTS else None
+        base, limit = self.settings.delivery_retry_base, self.settings.delivery_max_attempts
+        delay = timedelta(seconds=min(base * 2 ** (attempts - 1), MAX_DELIVERY_DELAY))
+        next_at = utcnow() + delay if attempts < limit else None
         self.store.update_batch(batch.batch_id, delivery_attempts=attempts,
                                 last_delivery_error=str(error), next_delivery_at=next_at)
-        log.warning("batch %s: delivery failed (%d/%d): %s", batch.batch_id, attempts,
-                    MAX_DELIVERY_ATTEMPTS, error)
+        if next_at is None:
+            log.error("batch %s: delivery failed %d times, giving up; the report is in "
+                      "outbox/undelivered/ (re-send with `dropbox-eval emit %s --force`)",
+                      batch.batch_id, attempts, batch.batch_id)
+        else:
+            log.warning("batch %s: delivery failed (%d/%d), next try at %s: %s",
+                        batch.batch_id, attempts, limit, next_at.isoformat(), error)
 
     def due_for_delivery(self, batch: BatchRecord) -> bool:
         """A completed batch whose delivery is not waiting out a backoff or given up."""

@@ -93,6 +93,21 @@ class Store:
     def _index(self) -> contextlib.AbstractContextManager[TinyDB]:
         return self._open(self.state_dir / "index.json")
 
+    @contextlib.contextmanager
+    def _index_change(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """Read-modify-write the whole index in ONE atomic write, under the lock.
+
+        Changes that belong together (a batch row, its ledger entry and the new balance)
+        then land together or not at all, whatever instant the process dies.
+        """
+        storage = AtomicJSONStorage(str(self.state_dir / "index.json"))
+        with self.locked():
+            data = storage.read() or {}
+            for table in ("clients", "ledger", "batches"):
+                data.setdefault(table, {})
+            yield data
+            storage.write(data)
+
     def _batch_file(self, batch_id: str) -> Path:
         return self.batches_dir / f"{batch_id}.json"
 
@@ -112,16 +127,13 @@ class Store:
 
     def add_client(self, client: Client) -> None:
         """Create a client; the caller holds the lock and checked it is new."""
-        with self._index() as db:
-            db.table("clients").insert(_dump(client))
+        with self._index_change() as data:
+            _insert(data["clients"], _dump(client))
 
     def post_ledger(self, entry: LedgerEntry) -> None:
         """Append a ledger entry and set the client's balance to its `balance_after`."""
-        with self._index() as db:
-            db.table("ledger").insert(_dump(entry))
-            db.table("clients").update(
-                {"balance": entry.balance_after}, Query().client_id == entry.client_id
-            )
+        with self._index_change() as data:
+            _post(data, entry)
 
     def ledger(self, client_id: str) -> list[LedgerEntry]:
         """The client's ledger, oldest first."""
@@ -131,8 +143,13 @@ class Store:
 
     # -- batches ------------------------------------------------------------------------
 
-    def create_batch(self, batch: BatchRecord, tasks: list[TaskRecord]) -> None:
-        """Write a new batch file (one write for all tasks) and its index row."""
+    def create_batch(self, batch: BatchRecord, tasks: list[TaskRecord],
+                     charge: LedgerEntry | None = None) -> None:
+        """Write a new batch file (one write for all tasks), then its index row and charge.
+
+        The index row and the charge are one atomic write: a crash before it leaves only an
+        unreferenced batch file, never an uncharged or half-recorded batch.
+        """
         path = self._batch_file(batch.batch_id)
         if path.exists():
             raise StoreError(f"batch {batch.batch_id} already exists")
@@ -143,8 +160,10 @@ class Store:
                     "tasks": {str(i): _dump(t) for i, t in enumerate(tasks, start=1)},
                 }
             )
-        with self._index() as db:
-            db.table("batches").insert(_summary(batch))
+        with self._index_change() as data:
+            _insert(data["batches"], _summary(batch))
+            if charge is not None:
+                _post(data, charge)
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""
@@ -188,8 +207,10 @@ class Store:
         batch = BatchRecord.model_validate(row)
         summary = _summary(batch)
         if any(key in summary for key in fields):
-            with self._index() as db:
-                db.table("batches").update(summary, Query().batch_id == batch_id)
+            with self._index_change() as data:
+                for row in data["batches"].values():
+                    if row["batch_id"] == batch_id:
+                        row.update(summary)
         return batch
 
     def list_batches(self, where: Callable[[dict[str, Any]], bool] | None = None) -> list[
@@ -224,6 +245,18 @@ _SUMMARY_FIELDS = (
 def _summary(batch: BatchRecord) -> dict[str, Any]:
     data = _dump(batch)
     return {key: data[key] for key in _SUMMARY_FIELDS}
+
+
+def _insert(table: dict[str, Any], doc: dict[str, Any]) -> None:
+    next_id = max((int(key) for key in table), default=0) + 1
+    table[str(next_id)] = doc
+
+
+def _post(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
+    _insert(data["ledger"], _dump(entry))
+    for client in data["clients"].values():
+        if client["client_id"] == entry.client_id:
+            client["balance"] = entry.balance_after
 
 
 def _encode(value: Any) -> Any:

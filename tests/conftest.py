@@ -70,9 +70,8 @@ class Receiver:
     received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    """A real callback receiver on 127.0.0.1."""
+def start_receiver(port: int = 0) -> tuple[Receiver, ThreadingHTTPServer]:
+    """A real callback receiver on 127.0.0.1 (port 0 = any free port)."""
     state = Receiver(url="", answers=[])
 
     class Handler(BaseHTTPRequestHandler):
@@ -88,10 +87,16 @@ def receiver() -> Iterator[Receiver]:
         def log_message(self, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    return state, server
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A real callback receiver on 127.0.0.1."""
+    state, server = start_receiver()
     yield state
     server.shutdown()
     server.server_close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_body
@@ -39,6 +40,8 @@ class ApiMiddleware:
 
         try:
             await self._serve(scope, receive, logged_send, path)
+        except ClientDisconnect:
+            status = 499  # the client went away mid-request (killed); nothing to answer
         finally:
             query = scope.get("query_string", b"").decode("latin-1")
             self.state.log.append(RequestLogEntry(scope["method"], path, status, query))
