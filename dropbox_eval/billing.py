@@ -1,31 +1,52 @@
-"""Client accounts, the funded check, and the ledger that moves money."""
+"""Client accounts, holds and settlement, secrets and API keys; every movement a ledger entry.
+
+A client's `balance` is its credits; `held` is the part reserved by running batches.
+Accepting a batch holds tasks x price; when the batch ends the client is charged only for
+tasks the lane finished and the hold is released. A batch is accepted only when the
+available credits (balance - held) cover it, so concurrent batches never overdraw.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import base64
+import hashlib
+import secrets
 
 from .errors import BatchRejected, DropboxEvalError, NotFoundError
-from .models import Client, LedgerEntry, utcnow
+from .models import Client, LedgerEntry, LedgerKind, utcnow
 from .store import Store
 
-LedgerKind = Literal["fund", "charge", "refund"]
+LANE_FINISHED = frozenset({"passed", "failed", "closed"})
+
+
+def new_webhook_secret() -> str:
+    """A Standard Webhooks secret: `whsec_` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def hash_api_key(key: str) -> str:
+    """Keys are stored only as their sha256."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 class Billing:
-    """Credits per client; every balance change is a ledger entry posted under the store lock."""
+    """Credits per client; every change is posted under the store lock."""
 
     def __init__(self, store: Store, task_price: int) -> None:
         self.store = store
         self.task_price = task_price
 
+    # -- accounts -----------------------------------------------------------------------
+
     def add_client(self, client_id: str, credits: int = 0) -> Client:
-        """Create a client, optionally funded; raises if it exists."""
+        """Create a client (with a webhook secret), optionally funded; raises if it exists."""
         with self.store.locked():
             if self.store.get_client(client_id) is not None:
                 raise DropboxEvalError(f"client {client_id!r} already exists")
-            self.store.add_client(Client(client_id=client_id, created_at=utcnow()))
+            self.store.add_client(Client(client_id=client_id, created_at=utcnow(),
+                                         webhook_secret=new_webhook_secret()))
             if credits:
-                self._post(client_id, credits, "fund", note="initial credits")
+                self._post(client_id, "fund", credits, note="initial credits")
         return self.client(client_id)
 
     def fund(self, client_id: str, credits: int, note: str = "") -> Client:
@@ -34,7 +55,7 @@ class Billing:
             raise DropboxEvalError("credits to add must be a positive whole number")
         with self.store.locked():
             self.client(client_id)
-            self._post(client_id, credits, "fund", note=note)
+            self._post(client_id, "fund", credits, note=note)
         return self.client(client_id)
 
     def client(self, client_id: str) -> Client:
@@ -43,6 +64,30 @@ class Billing:
         if found is None:
             raise NotFoundError(f"no client {client_id!r}")
         return found
+
+    def rotate_secret(self, client_id: str) -> str:
+        """Replace the client's webhook secret; returns the new one."""
+        secret = new_webhook_secret()
+        with self.store.locked():
+            self.client(client_id)
+            self.store.update_client(client_id, webhook_secret=secret)
+        return secret
+
+    def new_api_key(self, client_id: str) -> str:
+        """Issue an API key for the client (shown once; only its hash is kept)."""
+        key = f"dek_{client_id}_{secrets.token_urlsafe(24)}"
+        with self.store.locked():
+            client = self.client(client_id)
+            self.store.update_client(
+                client_id, api_key_hashes=[*client.api_key_hashes, hash_api_key(key)])
+        return key
+
+    def client_for_key(self, key: str) -> Client | None:
+        """The client owning an API key, if any."""
+        wanted = hash_api_key(key)
+        return next((c for c in self.store.list_clients() if wanted in c.api_key_hashes), None)
+
+    # -- batches ------------------------------------------------------------------------
 
     def cost(self, task_count: int) -> int:
         """Price of a batch of `task_count` tasks."""
@@ -58,27 +103,47 @@ class Billing:
                 client_id=client_id,
             )
         cost = self.cost(task_count)
-        if client.balance < cost:
+        if client.available < cost:
             raise BatchRejected(
                 "unfunded",
                 f"batch costs {cost} credits ({task_count} tasks x {self.task_price}) but "
-                f"the balance is {client.balance}; add credits and drop the file again",
+                f"{client.available} are available ({client.balance} balance, {client.held} "
+                "held by running batches); add credits and drop the file again",
                 client_id=client_id, cost=cost, balance=client.balance,
+                available=client.available,
             )
         return cost
 
-    def charge_entry(self, client_id: str, amount: int, batch_id: str) -> LedgerEntry | None:
-        """The ledger entry debiting a batch's cost (None when free); the caller holds the
-        store lock, checked funding, and posts it together with the batch."""
+    def hold_entry(self, client_id: str, amount: int, batch_id: str) -> LedgerEntry | None:
+        """The entry reserving a batch's cost (None when free); posted with the batch."""
         if not amount:
             return None
-        return self._entry(client_id, -amount, "charge", batch_id=batch_id)
+        return self._entry(client_id, "hold", 0, amount, batch_id=batch_id)
 
-    def _post(self, client_id: str, amount: int, kind: LedgerKind, note: str = "") -> None:
-        self.store.post_ledger(self._entry(client_id, amount, kind, note=note))
+    def settlement(self, client_id: str, batch_id: str, hold: int,
+                   charged: int) -> list[LedgerEntry]:
+        """Charge for finished tasks, release the whole hold (entries chained in order)."""
+        client = self.client(client_id)
+        balance, held = client.balance, client.held
+        entries = []
+        steps: tuple[tuple[LedgerKind, int, int], ...] = (
+            ("charge", -charged, 0), ("release", 0, -hold))
+        for kind, amount, held_change in steps:
+            if amount == 0 and held_change == 0:
+                continue
+            balance, held = balance + amount, held + held_change
+            entries.append(LedgerEntry(
+                client_id=client_id, kind=kind, amount=amount, held_change=held_change,
+                balance_after=balance, held_after=held, batch_id=batch_id, at=utcnow()))
+        return entries
 
-    def _entry(self, client_id: str, amount: int, kind: LedgerKind,
+    def _post(self, client_id: str, kind: LedgerKind, amount: int, note: str = "") -> None:
+        self.store.post_ledger(self._entry(client_id, kind, amount, 0, note=note))
+
+    def _entry(self, client_id: str, kind: LedgerKind, amount: int, held_change: int,
                batch_id: str | None = None, note: str = "") -> LedgerEntry:
-        balance = self.client(client_id).balance + amount
-        return LedgerEntry(client_id=client_id, amount=amount, balance_after=balance, kind=kind,
-                           batch_id=batch_id, note=note, at=utcnow())
+        client = self.client(client_id)
+        return LedgerEntry(client_id=client_id, kind=kind, amount=amount,
+                           held_change=held_change, balance_after=client.balance + amount,
+                           held_after=client.held + held_change, batch_id=batch_id,
+                           note=note, at=utcnow())

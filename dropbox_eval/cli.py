@@ -32,7 +32,8 @@ from .errors import (
     NotFoundError,
 )
 from .fileio import write_atomically
-from .models import utcnow
+from .models import Client, utcnow
+from .report import status_counts
 from .service import App, Service, build_app, read_status
 
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 1, 2, 3, 4, 5
@@ -147,6 +148,21 @@ def _maybe_sandbox(obj: Context, enabled: bool, lane_delay: float) -> Iterator[d
 
 
 @main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.pass_obj
+def serve(obj: Context, host: str, port: int) -> None:
+    """Serve the HTTP API (OpenAPI document at /docs and /openapi.json)."""
+    import uvicorn
+
+    from .api import create_api
+
+    with friendly_errors():
+        api = create_api(obj.app())
+    uvicorn.run(api, host=host, port=port, log_level="info")
+
+
+@main.command()
 @click.option("--port", type=int, default=3000, show_default=True)
 @click.option("--lane-delay", type=float, default=5.0, show_default=True,
               help="Seconds before the simulated lane closes an issue (negative: no lane).")
@@ -212,11 +228,17 @@ def batches(obj: Context, status_filter: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    table = Table("batch", "client", "ref", "status", "done", "age")
+    table = Table("batch", "client", "ref", "status", "progress", "done", "age")
     for row in rows:
         table.add_row(row["batch_id"], row["client_id"], row.get("batch_ref") or "",
-                      row["status"], f"{row['done']}/{row['total']}", _age(row["created_at"]))
+                      row["status"], _bar(row["done"], row["total"]),
+                      f"{row['done']}/{row['total']}", _age(row["created_at"]))
     console.print(table)
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = round(width * done / total) if total else width
+    return "#" * filled + "-" * (width - filled)
 
 
 @main.command()
@@ -231,6 +253,7 @@ def batch(obj: Context, batch_id: str, as_json: bool) -> None:
         tasks = store.get_tasks(batch_id)
     if as_json:
         data = record.model_dump(mode="json", exclude={"report"})
+        data["counts"] = status_counts(tasks, every_status=True)
         data["tasks"] = [t.model_dump(mode="json", exclude={"payload"}) for t in tasks]
         emit_json(data)
         return
@@ -289,6 +312,48 @@ def emit(obj: Context, batch_id: str, force: bool, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("batch_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def cancel(obj: Context, batch_id: str, as_json: bool) -> None:
+    """Cancel a running batch: close its open issues, keep finished results, emit the report."""
+    with friendly_errors():
+        app = obj.app()
+        batch = app.intake.cancel(batch_id)
+    result = {"ok": True, "batch_id": batch_id, "status": batch.status, "charged": batch.charged}
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(f"{batch_id}: {batch.status}, charged {batch.charged}; the service emits "
+                   "the report (or run `dropbox-eval emit`)")
+
+
+@main.command()
+@click.argument("batch_id")
+@click.option("--interval", type=float, default=1.0, show_default=True)
+@click.pass_obj
+def watch(obj: Context, batch_id: str, interval: float) -> None:
+    """Follow one batch live until it ends (emitted, cancelled or expired)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with friendly_errors():
+        store = obj.app().store
+        record = store.get_batch(batch_id)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task(batch_id, total=record.total)
+            while True:
+                record = store.get_batch(batch_id)
+                progress.update(bar, completed=record.done,
+                                description=f"{batch_id} {record.status}")
+                if record.status == "emitted" or (
+                        record.status in ("cancelled", "expired") and record.emitted_at):
+                    break
+                time.sleep(interval)
+    click.echo(f"{batch_id}: {record.status}, {record.done}/{record.total} done")
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def status(obj: Context, as_json: bool) -> None:
@@ -329,6 +394,7 @@ def clients_add(obj: Context, client_id: str, credits: int) -> None:
     with friendly_errors():
         client = obj.app().billing.add_client(client_id, credits)
     click.echo(f"{client.client_id}: balance {client.balance}")
+    click.echo(f"webhook secret: {client.webhook_secret}")
 
 
 @clients.command("fund")
@@ -342,6 +408,24 @@ def clients_fund(obj: Context, client_id: str, credits: int) -> None:
     click.echo(f"{client.client_id}: balance {client.balance}")
 
 
+@clients.command("rotate-secret")
+@click.argument("client_id")
+@click.pass_obj
+def clients_rotate_secret(obj: Context, client_id: str) -> None:
+    """Replace the client's webhook signing secret and print the new one."""
+    with friendly_errors():
+        click.echo(obj.app().billing.rotate_secret(client_id))
+
+
+@clients.command("api-key")
+@click.argument("client_id")
+@click.pass_obj
+def clients_api_key(obj: Context, client_id: str) -> None:
+    """Issue an API key for the HTTP API (printed once; only its hash is stored)."""
+    with friendly_errors():
+        click.echo(obj.app().billing.new_api_key(client_id))
+
+
 @clients.command("show")
 @click.argument("client_id", required=False)
 @click.option("--json", "as_json", is_flag=True)
@@ -351,24 +435,32 @@ def clients_show(obj: Context, client_id: str | None, as_json: bool) -> None:
     with friendly_errors():
         app = obj.app()
         if client_id is None:
-            rows = [c.model_dump(mode="json") for c in app.store.list_clients()]
+            rows = [_client_row(c) for c in app.store.list_clients()]
             ledger: list[dict[str, Any]] = []
         else:
-            rows = [app.billing.client(client_id).model_dump(mode="json")]
+            rows = [_client_row(app.billing.client(client_id))]
             ledger = [e.model_dump(mode="json") for e in app.store.ledger(client_id)]
     if as_json:
         emit_json(rows[0] | {"ledger": ledger} if client_id else rows)
         return
-    table = Table("client", "balance", "since")
+    table = Table("client", "balance", "held", "available", "since")
     for row in rows:
-        table.add_row(row["client_id"], str(row["balance"]), row["created_at"][:19])
+        table.add_row(row["client_id"], str(row["balance"]), str(row["held"]),
+                      str(row["available"]), row["created_at"][:19])
     console.print(table)
     if client_id:
-        entries = Table("at", "kind", "amount", "balance", "batch", "note")
+        entries = Table("at", "kind", "amount", "held", "balance", "batch", "note")
         for e in ledger:
-            entries.add_row(e["at"][:19], e["kind"], str(e["amount"]), str(e["balance_after"]),
-                            e.get("batch_id") or "", e.get("note") or "")
+            entries.add_row(e["at"][:19], e["kind"], str(e["amount"]), str(e["held_change"]),
+                            str(e["balance_after"]), e.get("batch_id") or "", e.get("note") or "")
         console.print(entries)
+
+
+def _client_row(client: Client) -> dict[str, Any]:
+    row = client.model_dump(mode="json", exclude={"api_key_hashes", "webhook_secret"})
+    row["available"] = client.available
+    row["api_keys"] = len(client.api_key_hashes)
+    return row
 
 
 # -- demo ---------------------------------------------------------------------------------

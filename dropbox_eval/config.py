@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     intake_concurrency: int = Field(default=4, ge=1, le=32)
     full_poll_every: int = Field(default=10, ge=1)
     webhook_secret: str | None = None
+    completion_window: int = Field(default=86_400, ge=60)
+    max_completion_window: int = Field(default=7 * 86_400, ge=60)
+    callback_allow: str = ""
     delivery_retry_base: float = Field(default=60.0, gt=0)
     delivery_max_attempts: int = Field(default=8, ge=1)
     forge_timeout: float = Field(default=30.0, gt=0)

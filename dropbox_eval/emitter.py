@@ -21,7 +21,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from .errors import DeliveryError
+from .callbacks import CallbackPolicy
+from .errors import BatchRejected, DeliveryError
 from .fileio import write_atomically
 from .models import utcnow
 
@@ -109,9 +110,11 @@ class WebhookEmitter:
 class Emitter:
     """Chooses file drop or callback for a report; keeps undelivered reports on disk."""
 
-    def __init__(self, files: FileEmitter, webhooks: WebhookEmitter) -> None:
+    def __init__(self, files: FileEmitter, webhooks: WebhookEmitter,
+                 policy: CallbackPolicy | None = None) -> None:
         self.files = files
         self.webhooks = webhooks
+        self.policy = policy or CallbackPolicy()
 
     @property
     def undelivered_dir(self) -> Path:
@@ -125,9 +128,17 @@ class Emitter:
             return str(self.files.write(report))
         webhook_id = f"msg_{report['batch_id']}"
         try:
+            self._check(callback_url)
             status = self.webhooks.post(callback_url, report_bytes(report), webhook_id, secret)
         except DeliveryError:
             self.files.write(report, self.undelivered_dir)
             raise
         (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
         return f"{callback_url} (HTTP {status})"
+
+    def _check(self, url: str) -> None:
+        """Re-check at delivery time: the name may resolve elsewhere than at intake."""
+        try:
+            self.policy.check(url)
+        except BatchRejected as exc:
+            raise DeliveryError(exc.message) from exc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -13,29 +12,28 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .billing import Billing
+from .billing import LANE_FINISHED, Billing
+from .callbacks import CallbackPolicy
 from .config import Settings
 from .emitter import Emitter
-from .errors import BatchRejected, DeliveryError, ForgeError, ForgeNotFound
-from .forge import ForgeComment, ForgeIssue, GiteaClient
+from .errors import BatchRejected, DeliveryError, DropboxEvalError, ForgeError, ForgeNotFound
+from .forge import ForgeIssue, GiteaClient
 from .models import (
     FINISHED_TASK_STATUSES,
     BatchFile,
     BatchRecord,
-    Report,
-    ReportResult,
     TaskRecord,
     TaskResult,
     TaskSpec,
     new_batch_id,
     utcnow,
+    window_seconds,
 )
+from .report import build_report, read_result
 
 log = logging.getLogger("dropbox_eval")
 
 MARKER_RE = re.compile(r"<!-- dropbox-eval:task batch=(\S+) task=(\S+) -->")
-_JSON_FENCE_RE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL)
-_FENCE_RE = re.compile(r"```.*?```", re.DOTALL)
 SINCE_OVERLAP = timedelta(minutes=2)
 FLUSH_SECONDS = 1.0
 MAX_DELIVERY_DELAY = 6 * 3600.0
@@ -57,24 +55,6 @@ def issue_body(batch_id: str, task: TaskSpec) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def read_result(
-    issue: ForgeIssue, comments: list[ForgeComment], label_results: dict[str, str]
-) -> tuple[str, TaskResult]:
-    """Status from the labels, summary and details from the final comment."""
-    status = next((label_results[n] for n in issue.labels if n in label_results), "closed")
-    final = comments[-1].body if comments else ""
-    details: Any = None
-    fenced = _JSON_FENCE_RE.search(final)
-    if fenced:
-        try:
-            details = json.loads(fenced.group(1))
-        except ValueError:
-            details = {"unparsed": fenced.group(1).strip()}
-    prose = _FENCE_RE.sub("", final).strip()
-    summary = prose.split("\n\n", 1)[0].strip()[:2000]
-    return status, TaskResult(summary=summary, details=details)
-
-
 class EvalIntake:
     """The seed's API: submit_batch, poll_completed, emit."""
 
@@ -86,6 +66,7 @@ class EvalIntake:
         self._gitea = gitea
         self.emitter = emitter
         self.settings = settings
+        self.policy = CallbackPolicy(settings.callback_allow)
 
     @property
     def gitea(self) -> GiteaClient:
@@ -122,7 +103,8 @@ class EvalIntake:
             log.info("batch %s: accepted %d tasks from %s (%s)", record.batch_id, record.total,
                      client_id, source or "api")
         try:
-            self.open_issues(record.batch_id)
+            if self._gitea is not None:  # without a forge, the service creates them later
+                self.open_issues(record.batch_id)
         except ForgeError as exc:
             log.warning("batch %s: issue creation interrupted, will resume: %s",
                         record.batch_id, exc)
@@ -149,6 +131,8 @@ class EvalIntake:
             raise BatchRejected("too_many_tasks",
                                 f"{len(batch.tasks)} tasks; the limit is {self.settings.max_tasks}",
                                 field="tasks", limit=self.settings.max_tasks)
+        if batch.callback_url:
+            self.policy.check(batch.callback_url)
         with self.store.locked():
             existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
             if existing:
@@ -160,8 +144,8 @@ class EvalIntake:
                            payload=t, created_at=record.created_at)
                 for t in batch.tasks
             ]
-            charge = self.core.charge_entry(client_id, cost, record.batch_id)
-            self.store.create_batch(record, tasks, charge)
+            hold = self.core.hold_entry(client_id, cost, record.batch_id)
+            self.store.create_batch(record, tasks, hold)
         return record, False
 
     def _new_record(self, batch: BatchFile, client_id: str, cost: int, source: str | None,
@@ -171,8 +155,20 @@ class EvalIntake:
         return BatchRecord(
             batch_id=batch_id, client_id=client_id, batch_ref=batch.batch_ref,
             callback_url=batch.callback_url, repo=self.repo_for(client_id, batch_id),
-            source=source, sha256=sha256, total=len(batch.tasks), cost=cost, created_at=now,
+            source=source, sha256=sha256, total=len(batch.tasks), cost=cost,
+            unit_price=self.core.task_price, created_at=now,
+            deadline=now + timedelta(seconds=self._window(batch)),
         )
+
+    def _window(self, batch: BatchFile) -> int:
+        if batch.completion_window is None:
+            return self.settings.completion_window
+        seconds = window_seconds(batch.completion_window)
+        low, high = 60, self.settings.max_completion_window
+        if not low <= seconds <= high:
+            raise BatchRejected("invalid_batch", f"completion_window: must be between {low} "
+                                f"and {high} seconds", field="completion_window")
+        return seconds
 
     def repo_for(self, client_id: str, batch_id: str) -> str:
         """The shared repo, or `<owner>/eval-<client_id>-<batch_id>`."""
@@ -315,33 +311,87 @@ class EvalIntake:
         tasks = self.store.get_tasks(batch_id)
         done = sum(1 for t in tasks if t.status in FINISHED_TASK_STATUSES)
         fields: dict[str, Any] = {"done": done, "last_polled_at": polled_at}
+        batch = self.store.update_batch(batch_id, **fields)
         if done == len(tasks):
-            fields.update(status="completed", completed_at=utcnow())
             log.info("batch %s: all %d tasks finished", batch_id, done)
-        return self.store.update_batch(batch_id, **fields)
+            batch = self._close(batch, tasks, "completed")
+        return batch
+
+    def _close(self, batch: BatchRecord, tasks: list[TaskRecord], status: str) -> BatchRecord:
+        """End a batch: charge finished tasks, release the hold, set the final status."""
+        finished = sum(1 for t in tasks if t.status in LANE_FINISHED)
+        charged = finished * batch.unit_price
+        entries = self.core.settlement(batch.client_id, batch.batch_id, batch.cost, charged)
+        self.store.settle(entries)
+        log.info("batch %s: %s; charged %d, released %d", batch.batch_id, status, charged,
+                 batch.cost - charged)
+        return self.store.update_batch(batch.batch_id, status=status, completed_at=utcnow(),
+                                       charged=charged, done=len(tasks))
+
+    # -- cancel and expire ---------------------------------------------------------------
+
+    def cancel(self, batch_id: str) -> BatchRecord:
+        """Cancel a running batch: its open issues get a comment, `eval-cancelled` and are
+        closed; finished results are kept. The request is stored first, so a forge failure
+        half-way is finished by a later poll cycle."""
+        batch = self.store.get_batch(batch_id)
+        if batch.status != "running":
+            raise DropboxEvalError(f"batch {batch_id} is {batch.status}; only running batches "
+                                   "can be cancelled")
+        if not batch.cancel_requested:
+            self.store.update_batch(batch_id, cancel_requested=True)
+        return self._abort(batch_id, "cancelled", "Cancelled by the client before the lane "
+                           "finished this task.")
+
+    def expire_if_overdue(self, batch_id: str) -> bool:
+        """Expire a running batch past its deadline (or finish a pending cancel)."""
+        batch = self.store.get_batch(batch_id)
+        if batch.status != "running":
+            return False
+        if batch.cancel_requested:
+            self.cancel(batch_id)
+            return True
+        if batch.deadline is None or batch.deadline > utcnow():
+            return False
+        self._abort(batch_id, "expired", "The batch passed its completion window before the "
+                    "lane finished this task.")
+        return True
+
+    def _abort(self, batch_id: str, status: str, why: str) -> BatchRecord:
+        batch = self.store.get_batch(batch_id)
+        self.poll_completed(batch_id)  # keep what the lane already finished
+        tasks = self.store.get_tasks(batch_id)
+        if batch.intake_started and any(t.status == "pending" for t in tasks):
+            self._adopt_existing(batch, [t for t in tasks if t.status == "pending"])
+            tasks = self.store.get_tasks(batch_id)
+        changes: dict[str, dict[str, Any]] = {}
+        ended = {"status": status, "finished_at": utcnow(), "result": TaskResult(summary=why)}
+        try:
+            open_tasks = [t for t in tasks if t.status == "open" and t.issue_number]
+            label_id = (self.gitea.ensure_label(batch.repo, f"eval-{status}", "cccccc")
+                        if open_tasks else 0)
+            for task in tasks:
+                if task.status == "open" and task.issue_number:
+                    self._close_issue(batch.repo, task.issue_number, label_id, why)
+                if task.status in ("open", "pending"):
+                    changes[task.task_id] = ended
+        finally:
+            self.store.update_tasks(batch_id, changes)
+        return self._close(batch, self.store.get_tasks(batch_id), status)
+
+    def _close_issue(self, repo: str, number: int, label_id: int, why: str) -> None:
+        try:
+            self.gitea.comment(repo, number, why)
+            self.gitea.add_labels(repo, number, [label_id])
+            self.gitea.close_issue(repo, number)
+        except ForgeNotFound:
+            pass  # deleted meanwhile: nothing left to close
 
     # -- emit ---------------------------------------------------------------------------
 
     def build_report(self, batch_id: str) -> dict[str, Any]:
         """The report document for a finished batch."""
-        batch = self.store.get_batch(batch_id)
-        tasks = self.store.get_tasks(batch_id)
-        counts: dict[str, int] = {"total": len(tasks), "passed": 0, "failed": 0}
-        for task in tasks:
-            counts[task.status] = counts.get(task.status, 0) + 1
-        report = Report(
-            batch_id=batch.batch_id, client_id=batch.client_id, batch_ref=batch.batch_ref,
-            status="completed" if batch.status == "emitted" else batch.status,
-            counts=counts, created_at=batch.created_at, completed_at=batch.completed_at,
-            results=[
-                ReportResult(task_id=t.task_id, status=t.status, issue_url=t.issue_url,
-                             summary=t.result.summary if t.result else "",
-                             details=t.result.details if t.result else None)
-                for t in tasks
-            ],
-        )
-        data: dict[str, Any] = report.model_dump(mode="json")
-        return data
+        return build_report(self.store.get_batch(batch_id), self.store.get_tasks(batch_id))
 
     def emit(self, batch_id: str, *, force: bool = False) -> dict[str, Any]:
         """Deliver the report once every task finished; marks the batch `emitted`.
@@ -362,7 +412,7 @@ class EvalIntake:
             report = self.build_report(batch_id)
             batch = self.store.update_batch(batch_id, report=report)
         try:
-            where = self.emitter.deliver(report, batch.callback_url, self.settings.webhook_secret)
+            where = self.emitter.deliver(report, batch.callback_url, self._secret(batch))
         except DeliveryError as exc:
             self._delivery_failed(batch, exc)
             raise
@@ -370,6 +420,10 @@ class EvalIntake:
                                 last_delivery_error=None, next_delivery_at=None)
         log.info("batch %s: report emitted to %s", batch_id, where)
         return {"ok": True, "batch_id": batch_id, "delivered_to": where}
+
+    def _secret(self, batch: BatchRecord) -> str | None:
+        client = self.store.get_client(batch.client_id)
+        return (client.webhook_secret if client else None) or self.settings.webhook_secret
 
     def _delivery_failed(self, batch: BatchRecord, error: DeliveryError) -> None:
         attempts = batch.delivery_attempts + 1

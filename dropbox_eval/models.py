@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
+LedgerKind = Literal["fund", "hold", "charge", "release"]
 BatchStatus = Literal["running", "completed", "emitted", "cancelled", "expired"]
 TaskStatus = Literal[
     "pending", "open", "passed", "failed", "closed", "missing", "cancelled", "expired"
@@ -35,6 +36,20 @@ def _check_text(value: str) -> str:
 
 Id = Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_check_id)]
 Text = Annotated[str, AfterValidator(_check_text)]
+
+
+_WINDOW_RE = re.compile(r"^(\d+)([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def window_seconds(value: str | int) -> int:
+    """`"24h"`, `"90m"`, `"2d"`, `"600s"` or a number of seconds -> seconds."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = _WINDOW_RE.match(str(value))
+    if not match or int(match.group(1)) <= 0:
+        raise ValueError("must be a positive number of seconds or like '24h', '90m', '2d'")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def utcnow() -> datetime:
@@ -67,7 +82,15 @@ class BatchFile(BaseModel):
     client_id: Id | None = None
     batch_ref: Id | None = None
     callback_url: str | None = None
+    completion_window: str | int | None = None
     tasks: list[TaskSpec] = Field(min_length=1)
+
+    @field_validator("completion_window")
+    @classmethod
+    def _window(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            window_seconds(value)
+        return value
 
     @field_validator("tasks")
     @classmethod
@@ -126,11 +149,15 @@ class BatchRecord(BaseModel):
     total: int
     done: int = 0
     cost: int = 0
+    unit_price: int = 0
+    charged: int | None = None
     created_at: datetime
+    deadline: datetime | None = None
     completed_at: datetime | None = None
     emitted_at: datetime | None = None
     last_polled_at: datetime | None = None
     intake_started: bool = False
+    cancel_requested: bool = False
     delivery_attempts: int = 0
     next_delivery_at: datetime | None = None
     last_delivery_error: str | None = None
@@ -142,7 +169,15 @@ class Client(BaseModel):
 
     client_id: str
     balance: int = 0
+    held: int = 0
     created_at: datetime
+    webhook_secret: str | None = None
+    api_key_hashes: list[str] = Field(default_factory=list)
+
+    @property
+    def available(self) -> int:
+        """Credits that a new batch may hold."""
+        return self.balance - self.held
 
 
 class LedgerEntry(BaseModel):
@@ -150,8 +185,10 @@ class LedgerEntry(BaseModel):
 
     client_id: str
     amount: int
+    held_change: int = 0
     balance_after: int
-    kind: Literal["fund", "charge", "refund"]
+    held_after: int = 0
+    kind: LedgerKind
     batch_id: str | None = None
     note: str = ""
     at: datetime
@@ -178,3 +215,4 @@ class Report(BaseModel):
     results: list[ReportResult]
     created_at: datetime
     completed_at: datetime | None
+    charged: int | None = None

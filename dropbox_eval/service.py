@@ -16,6 +16,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from .billing import Billing
+from .callbacks import CallbackPolicy
 from .config import Settings
 from .emitter import Emitter, FileEmitter, WebhookEmitter
 from .errors import AlreadyRunning, DeliveryError, DropboxEvalError, ForgeError
@@ -52,7 +53,8 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
         gitea = GiteaClient(settings.gitea_url, settings.gitea_token,
                             timeout=settings.forge_timeout)
     emitter = Emitter(FileEmitter(settings.outbox_path),
-                      WebhookEmitter(timeout=settings.callback_timeout))
+                      WebhookEmitter(timeout=settings.callback_timeout),
+                      CallbackPolicy(settings.callback_allow))
     intake = EvalIntake(billing, gitea, emitter, settings)
     inbox = Inbox(settings.inbox_path, intake, settings.max_file_bytes)
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
@@ -171,7 +173,8 @@ class Service:
             if self.stop_event.is_set():
                 return
             batch_id = str(row["batch_id"])
-            if row["status"] == "running":
+            if row["status"] == "running" and not self._guard(
+                    f"batch {batch_id}", intake.expire_if_overdue, batch_id):
                 self._guard(f"batch {batch_id}", intake.open_issues, batch_id)
                 self._guard(f"batch {batch_id}", intake.poll_completed, batch_id, full=full)
             batch = self.app.store.get_batch(batch_id)
@@ -179,10 +182,11 @@ class Service:
                 self._guard(f"batch {batch_id}", intake.emit, batch_id)
         self._set_status(last_poll_at=_now(), cycles=self.cycles)
 
-    def _guard(self, what: str, step: Any, *args: Any, **kwargs: Any) -> None:
-        """Run one step; a failure is logged and recorded, never fatal to the service."""
+    def _guard(self, what: str, step: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run one step and return its result; a failure is logged and recorded (result
+        None), never fatal to the service."""
         try:
-            step(*args, **kwargs)
+            return step(*args, **kwargs)
         except DeliveryError:
             pass  # already logged and scheduled for retry by the intake
         except ForgeError as exc:
@@ -194,6 +198,7 @@ class Service:
         except Exception as exc:  # noqa: BLE001 - the service must survive any single step
             log.exception("%s: unexpected error", what)
             self._set_status(last_error=f"{_now()} {what}: {exc!r}")
+        return None
 
     def _set_status(self, **fields: Any) -> None:
         self.status.update(fields)

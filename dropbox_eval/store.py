@@ -135,6 +135,26 @@ class Store:
         with self._index_change() as data:
             _post(data, entry)
 
+    def update_client(self, client_id: str, **fields: Any) -> None:
+        """Change client fields other than money (secrets, API key hashes)."""
+        with self._index_change() as data:
+            for client in data["clients"].values():
+                if client["client_id"] == client_id:
+                    client.update(fields)
+
+    def settle(self, entries: list[LedgerEntry]) -> bool:
+        """Post a batch's settlement entries once; False if that batch was already settled."""
+        if not entries:
+            return False
+        batch_id = entries[0].batch_id
+        with self._index_change() as data:
+            if any(e.get("batch_id") == batch_id and e["kind"] == "release"
+                   for e in data["ledger"].values()):
+                return False
+            for entry in entries:
+                _post(data, entry)
+        return True
+
     def ledger(self, client_id: str) -> list[LedgerEntry]:
         """The client's ledger, oldest first."""
         with self._index() as db:
@@ -257,6 +277,7 @@ def _post(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
     for client in data["clients"].values():
         if client["client_id"] == entry.client_id:
             client["balance"] = entry.balance_after
+            client["held"] = entry.held_after
 
 
 def _encode(value: Any) -> Any:

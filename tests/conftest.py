@@ -29,7 +29,8 @@ def forge() -> Iterator[SandboxForge]:
 def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
     """Settings rooted in a tmp folder, pointing at the sandbox forge."""
     return load_settings(home=tmp_path, gitea_url=forge.url, gitea_token=forge.token,
-                         owner=forge.user, quiet_period=0.1, poll_interval=0.2, task_price=2)
+                         owner=forge.user, quiet_period=0.1, poll_interval=0.2, task_price=2,
+                         callback_allow="127.0.0.1")
 
 
 @pytest.fixture

@@ -42,7 +42,8 @@ def test_funded_batch_creates_one_labelled_issue_per_task(app: App, forge: Sandb
     bodies = {i["title"]: i["body"] for i in issues}
     assert marker(batch_id, "t2") in bodies["Task 2"]
     assert "- [ ] thing 2 done" in bodies["Task 2"]
-    assert app.billing.client(funded).balance == 100 - 3 * 2
+    client = app.billing.client(funded)
+    assert (client.balance, client.held, client.available) == (100, 6, 94)
 
 
 def test_unfunded_batch_is_rejected_without_any_forge_request(app: App,

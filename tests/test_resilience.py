@@ -187,9 +187,10 @@ def test_funding_from_another_process_while_service_charges(app: App, funded: st
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
     assert wait_for(lambda: len(app.store.list_batches()) == 8, 60)
     client = app.billing.client(funded)
-    assert client.balance == 100 + 100 - 8 * 2 * 2
+    assert (client.balance, client.held) == (100 + 100, 8 * 2 * 2)
     ledger = app.store.ledger(funded)
     assert sum(e.amount for e in ledger) == client.balance
+    assert sum(e.held_change for e in ledger) == client.held
     assert len([e for e in ledger if e.kind == "fund"]) == 101
 
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from types import TracebackType
 from typing import Any
 
-import uvicorn
-
+from ..webserver import BackgroundServer
 from .app import create_app
 from .faults import RequestLogEntry
 from .lane import SimulatedLane
@@ -30,22 +27,15 @@ class SandboxForge:
         self.lane: SimulatedLane | None = None
         if lane_delay is not None:
             self.lane = SimulatedLane(self.state, lane_delay, lane_interval)
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: BackgroundServer | None = None
 
     def start(self) -> SandboxForge:
         """Serve in a background thread and wait until the socket is bound."""
         if self._server is not None:
             return self
-        config = uvicorn.Config(create_app(self.state), host="127.0.0.1", port=self.port,
-                                log_level="warning", access_log=False)
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, name="sandbox-forge", daemon=True)
-        thread.start()
-        _wait_started(server, thread)
-        self._server, self._thread = server, thread
-        self.port = server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        server = BackgroundServer(create_app(self.state), port=self.port, name="sandbox-forge")
+        self.url = server.start()
+        self._server, self.port = server, server.port
         self.state.base_url = self.url
         if self.lane is not None:
             self.lane.start()
@@ -55,10 +45,9 @@ class SandboxForge:
         """Stop the lane and the server."""
         if self.lane is not None:
             self.lane.stop()
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
+        if self._server is not None:
+            self._server.stop()
+        self._server = None
 
     def __enter__(self) -> SandboxForge:
         return self.start()
@@ -107,14 +96,3 @@ class SandboxForge:
     def fail_for(self, seconds: float, status: int = 503) -> None:
         """Every API request answers `status` for the next `seconds`."""
         self.state.faults.fail_for(seconds, status)
-
-
-def _wait_started(server: uvicorn.Server, thread: threading.Thread, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("sandbox forge failed to start")
-        if time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError("sandbox forge did not start in time")
-        time.sleep(0.01)

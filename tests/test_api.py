@@ -1,0 +1,107 @@
+"""The HTTP API over real loopback HTTP, and a schemathesis run over its OpenAPI document."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from conftest import tasks
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+
+from dropbox_eval.api import create_api
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import App
+from dropbox_eval.webserver import BackgroundServer
+
+
+@pytest.fixture
+def api(app: App) -> Iterator[str]:
+    server = BackgroundServer(create_api(app), name="api")
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture
+def keys(app: App) -> dict[str, str]:
+    app.billing.add_client("acme", 100)
+    app.billing.add_client("poor", 1)
+    return {"acme": app.billing.new_api_key("acme"), "poor": app.billing.new_api_key("poor")}
+
+
+def _call(api: str, key: str, method: str, path: str, **kwargs: Any) -> requests.Response:
+    return requests.request(method, f"{api}/api/eval/batches{path}", timeout=30,
+                            headers={"Authorization": f"Bearer {key}"}, **kwargs)
+
+
+def test_submit_get_list_emit_cancel(api: str, keys: dict[str, str], app: App,
+                                     forge: SandboxForge) -> None:
+    created = _call(api, keys["acme"], "POST", "", json={"batch_ref": "r1", "tasks": tasks(2)})
+    assert created.status_code == 201, created.text
+    batch_id = created.json()["batch_id"]
+    assert all(i["issue_number"] for i in created.json()["issues"])
+    again = _call(api, keys["acme"], "POST", "", json={"batch_ref": "r1", "tasks": tasks(2)})
+    assert again.status_code == 200 and again.json()["batch_id"] == batch_id
+    one = _call(api, keys["acme"], "GET", f"/{batch_id}").json()
+    assert one["counts"]["open"] == 2 and len(one["tasks"]) == 2
+    early = _call(api, keys["acme"], "POST", f"/{batch_id}/emit")
+    assert early.status_code == 409 and early.json()["reason"] == "not_finished"
+    second = _call(api, keys["acme"], "POST", "", json={"batch_ref": "r2", "tasks": tasks(1)})
+    listed = _call(api, keys["acme"], "GET", "", params={"limit": 1, "page": 2})
+    assert listed.headers["X-Total-Count"] == "2"
+    assert [b["batch_id"] for b in listed.json()] == [second.json()["batch_id"]]
+    cancelled = _call(api, keys["acme"], "POST", f"/{batch_id}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert _call(api, keys["acme"], "POST", f"/{batch_id}/cancel").status_code == 409
+    emitted = _call(api, keys["acme"], "POST", f"/{batch_id}/emit")
+    assert emitted.status_code == 200 and emitted.json()["ok"] is True
+    assert (app.settings.outbox_path / f"{batch_id}.json").exists()
+
+
+def test_unfunded_is_402_and_makes_no_forge_request(api: str, keys: dict[str, str],
+                                                    forge: SandboxForge) -> None:
+    forge.clear_requests()
+    answer = _call(api, keys["poor"], "POST", "", json={"tasks": tasks(3)})
+    assert answer.status_code == 402
+    assert answer.json()["ok"] is False and answer.json()["reason"] == "unfunded"
+    assert forge.requests == []
+
+
+def test_clients_are_isolated_and_keys_required(api: str, keys: dict[str, str]) -> None:
+    batch_id = _call(api, keys["acme"], "POST", "", json={"tasks": tasks(1)}).json()["batch_id"]
+    for method, path in (("GET", f"/{batch_id}"), ("POST", f"/{batch_id}/emit"),
+                         ("POST", f"/{batch_id}/cancel")):
+        assert _call(api, keys["poor"], method, path).status_code == 404
+    assert _call(api, keys["poor"], "GET", "").json() == []
+    assert _call(api, "wrong", "GET", "").status_code == 401
+    assert requests.get(f"{api}/api/eval/batches", timeout=5).status_code == 401
+    spoof = _call(api, keys["poor"], "POST", "", json={"client_id": "acme", "tasks": tasks(1)})
+    assert spoof.status_code == 403 and spoof.json()["reason"] == "client_mismatch"
+
+
+def test_invalid_batch_names_the_field(api: str, keys: dict[str, str]) -> None:
+    answer = _call(api, keys["acme"], "POST", "",
+                   json={"tasks": [{"task_id": "../x", "title": "t"}]})
+    assert answer.status_code == 422
+    assert answer.json()["reason"] == "invalid_batch"
+    assert answer.json()["field"] == "tasks.0.task_id"
+
+
+def test_api_has_no_server_errors(api: str, keys: dict[str, str]) -> None:
+    """Schemathesis generates requests for every operation; none may answer 5xx."""
+    schema = schemathesis.openapi.from_url(f"{api}/openapi.json")
+    auth = {"Authorization": f"Bearer {keys['acme']}"}
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 5
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=25, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        def no_server_error(case: Any) -> None:
+            case.call_and_validate(headers=auth, checks=[not_a_server_error])
+
+        no_server_error()

@@ -1,0 +1,168 @@
+"""Holds and settlement, deadlines, cancellation, signed callbacks, callback URL policy."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import Receiver, read_json, tasks
+from standardwebhooks import Webhook
+
+from dropbox_eval.callbacks import CallbackPolicy
+from dropbox_eval.cli import main
+from dropbox_eval.errors import BatchRejected
+from dropbox_eval.models import BatchFile, utcnow
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import App, Service
+
+
+def _repo(app: App, batch_id: str) -> tuple[str, str]:
+    owner, name = app.store.get_batch(batch_id).repo.split("/")
+    return owner, name
+
+
+def _finish(app: App, forge: SandboxForge, batch_id: str, task_ids: list[str],
+            label: str = "eval-pass") -> None:
+    owner, name = _repo(app, batch_id)
+    for task in app.store.get_tasks(batch_id):
+        if task.task_id in task_ids:
+            forge.finish_issue(owner, name, task.issue_number or 0, comment="Done.",
+                               labels=[label])
+
+
+def test_hold_then_charge_only_finished_tasks(app: App, forge: SandboxForge,
+                                              funded: str) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(4))["batch_id"]  # price 2: hold 8
+    client = app.billing.client(funded)
+    assert (client.balance, client.held, client.available) == (100, 8, 92)
+    _finish(app, forge, batch_id, ["t1", "t2"])
+    _finish(app, forge, batch_id, ["t3"], label="eval-fail")
+    owner, name = _repo(app, batch_id)
+    forge.delete_issue(owner, name, app.store.get_tasks(batch_id)[3].issue_number or 0)
+    app.intake.poll_completed(batch_id, full=True)
+    batch = app.store.get_batch(batch_id)
+    assert (batch.status, batch.charged) == ("completed", 6)  # the missing task is free
+    client = app.billing.client(funded)
+    assert (client.balance, client.held) == (94, 0)
+    kinds = [(e.kind, e.amount, e.held_change) for e in app.store.ledger(funded)]
+    assert kinds == [("fund", 100, 0), ("hold", 0, 8), ("charge", -6, 0), ("release", 0, -8)]
+    app.intake.poll_completed(batch_id)
+    assert len(app.store.ledger(funded)) == 4  # settled once
+
+
+def test_concurrent_batches_cannot_overdraw(app: App, funded: str) -> None:
+    assert app.intake.submit_batch(funded, tasks(30))["ok"]  # holds 60 of 100
+    second = app.intake.submit_batch(funded, tasks(30), batch_ref="two")
+    assert second["reason"] == "unfunded" and "held" in second["message"]
+    assert app.billing.client(funded).available == 40
+
+
+def test_cancel_closes_open_issues_keeps_results_and_emits(app: App, forge: SandboxForge,
+                                                           funded: str) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(3))["batch_id"]
+    _finish(app, forge, batch_id, ["t1"])
+    runner = CliRunner()
+    base = ["--home", str(app.settings.home), "--gitea-url", forge.url, "--gitea-token",
+            forge.token, "--owner", forge.user]
+    result = runner.invoke(main, [*base, "cancel", batch_id, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["status"] == "cancelled"
+    owner, name = _repo(app, batch_id)
+    issues = {i["number"]: i for i in forge.issues(owner, name)}
+    statuses = {t.task_id: t.status for t in app.store.get_tasks(batch_id)}
+    assert statuses == {"t1": "passed", "t2": "cancelled", "t3": "cancelled"}
+    for task in app.store.get_tasks(batch_id)[1:]:
+        issue = issues[task.issue_number or 0]
+        assert issue["state"] == "closed"
+        assert "eval-cancelled" in [label["name"] for label in issue["labels"]]
+        assert issue["comments"] == 1
+    assert app.billing.client(funded).balance == 98  # one finished task charged
+    assert runner.invoke(main, [*base, "cancel", batch_id]).exit_code == 1
+    Service(app).run(once=True)
+    report = read_json(app.settings.outbox_path / f"{batch_id}.json")
+    assert report["status"] == "cancelled"
+    assert report["counts"] == {"total": 3, "passed": 1, "failed": 0, "cancelled": 2}
+
+
+def test_deadline_expires_unfinished_tasks(app: App, forge: SandboxForge, funded: str) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
+    _finish(app, forge, batch_id, ["t1"], label="eval-fail")
+    app.store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
+    Service(app).run(once=True)
+    batch = app.store.get_batch(batch_id)
+    assert batch.status == "emitted"
+    report = read_json(app.settings.outbox_path / f"{batch_id}.json")
+    assert report["status"] == "expired"
+    assert [r["status"] for r in report["results"]] == ["failed", "expired"]
+    owner, name = _repo(app, batch_id)
+    number = app.store.get_tasks(batch_id)[1].issue_number
+    second = next(i for i in forge.issues(owner, name) if i["number"] == number)
+    assert second["state"] == "closed"
+    assert "eval-expired" in [label["name"] for label in second["labels"]]
+
+
+def test_completion_window_is_checked(app: App, funded: str) -> None:
+    ok = app.intake.submit_batch(funded, tasks(1))
+    deadline = app.store.get_batch(ok["batch_id"]).deadline
+    assert deadline is not None
+    assert timedelta(hours=23, minutes=59) < deadline - utcnow() <= timedelta(hours=24)
+    with pytest.raises(BatchRejected) as caught:
+        app.intake.accept(BatchFile.model_validate(
+            {"tasks": tasks(1), "completion_window": "30d", "batch_ref": "long"}), funded)
+    assert caught.value.details["field"] == "completion_window"
+    short = app.intake.accept(BatchFile.model_validate(
+        {"tasks": tasks(1), "completion_window": "2h", "batch_ref": "short"}), funded)
+    short_deadline = app.store.get_batch(short["batch_id"]).deadline
+    assert short_deadline is not None and short_deadline - utcnow() <= timedelta(hours=2)
+
+
+def test_signed_callback_verifies_with_standardwebhooks(app: App, forge: SandboxForge,
+                                                        funded: str,
+                                                        receiver: Receiver) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
+    _finish(app, forge, batch_id, ["t1"])
+    app.intake.poll_completed(batch_id)
+    app.intake.emit(batch_id)
+    headers, body = receiver.received[0]
+    secret = app.billing.client(funded).webhook_secret
+    assert secret and secret.startswith("whsec_")
+    payload = Webhook(secret).verify(body, headers)
+    assert payload["batch_id"] == batch_id
+    new_secret = app.billing.rotate_secret(funded)
+    with pytest.raises(Exception, match="(?i)signature"):
+        Webhook(new_secret).verify(body, headers)
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/x",
+    "http://192.168.0.5/x", "http://169.254.169.254/latest/meta-data", "http://[::1]/x",
+    "http://[::ffff:127.0.0.1]/x", "http://0.0.0.0/x", "ftp://example.com/x",
+    "http://no-such-host.invalid/x",
+])
+def test_callback_policy_refuses_internal_targets(url: str) -> None:
+    with pytest.raises(BatchRejected) as caught:
+        CallbackPolicy().check(url)
+    assert caught.value.reason == "callback_refused"
+
+
+def test_callback_policy_allow_list_and_public_addresses() -> None:
+    CallbackPolicy().check("https://93.184.216.34/hook")
+    CallbackPolicy("127.0.0.1").check("http://127.0.0.1:8000/hook")
+    CallbackPolicy("10.0.0.0/8").check("http://10.2.3.4/hook")
+    CallbackPolicy("localhost").check("http://localhost/hook")
+
+
+def test_refused_callback_rejects_the_file(app: App, forge: SandboxForge, funded: str,
+                                           tmp_path: Path) -> None:
+    forge.clear_requests()
+    path = app.inbox.root / "cb.json"
+    path.write_text(json.dumps({"client_id": funded, "tasks": tasks(1),
+                                "callback_url": "http://169.254.169.254/hook"}))
+    outcome = app.inbox.process(path)
+    assert outcome.status == "rejected"
+    error = read_json(app.inbox.root / "rejected" / "cb.json.error.json")
+    assert error["reason"] == "callback_refused" and error["field"] == "callback_url"
+    assert forge.requests == [] and app.billing.client(funded).held == 0
