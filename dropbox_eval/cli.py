@@ -236,7 +236,7 @@ def batches(obj: Context, status_filter: str | None, as_json: bool) -> None:
     console.print(table)
 
 
-def _bar(done: int, total: int, width: int = 20) -> str:
+def _bar(done: int, total: int, width: int = 10) -> str:
     filled = round(width * done / total) if total else width
     return "#" * filled + "-" * (width - filled)
 

@@ -85,3 +85,22 @@ def test_status_reports_not_running(cli) -> None:  # type: ignore[no-untyped-def
     result = cli("status", "--json")
     assert result.exit_code == 0
     assert json.loads(result.output)["running"] is False
+
+
+def test_watch_follows_until_the_batch_ends(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                            forge: SandboxForge) -> None:
+    cli("clients", "add", "acme", "--credits", "10")
+    source = tmp_path / "w.json"
+    source.write_text(json.dumps({"client_id": "acme", "tasks": tasks(2)}))
+    batch_id = json.loads(cli("submit", str(source), "--json").output)["batch_id"]
+    assert "----------" in cli("batches").output  # an empty progress bar
+    owner, name = json.loads(cli("batch", batch_id, "--json").output)["repo"].split("/")
+    for issue in forge.issues(owner, name):
+        forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    cli("run", "--once")
+    assert "##########" in cli("batches").output  # a full one
+    watched = cli("watch", batch_id, "--interval", "0.1")
+    assert watched.exit_code == 0
+    assert f"{batch_id}: emitted, 2/2 done" in watched.output
+    counts = json.loads(cli("batch", batch_id, "--json").output)["counts"]
+    assert counts["passed"] == 2 and counts["open"] == 0 and counts["total"] == 2
