@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -242,75 +242,79 @@ class EvalIntake:
     # -- poll ---------------------------------------------------------------------------
 
     def poll_completed(self, batch_id: str, *, full: bool = False) -> list[str]:
-        """Store results of issues the lane closed; open ones are skipped.
+        """Store results of issues the lane closed; open ones are skipped (seed API)."""
+        return self.poll_batches([batch_id], full=full).get(batch_id, [])
 
-        A normal poll asks only for issues closed since the last poll (paged, with an
-        overlap for clock skew); `full` lists every issue and checks the ones it cannot
-        see one by one, so a deleted issue finishes its task as `missing`.
+    def poll_batches(self, batch_ids: list[str], *, full: bool = False) -> dict[str, list[str]]:
+        """Poll running batches that share one repo with a single paged listing.
+
+        A normal poll asks only for issues closed since the oldest last poll (with an
+        overlap for clock skew), so its requests depend on what changed, not on how many
+        tasks are open; `full` lists every issue and checks the ones it cannot see one by
+        one, so a deleted issue finishes its task as `missing`. Returns finished task ids.
         """
-        batch = self.store.get_batch(batch_id)
-        if batch.status != "running":
-            return []
-        open_tasks: dict[int, TaskRecord] = {
-            t.issue_number: t for t in self.store.get_tasks(batch_id)
+        batches = [b for b in map(self.store.get_batch, batch_ids) if b.status == "running"]
+        if not batches:
+            return {}
+        open_tasks = {
+            t.issue_number: (b, t) for b in batches for t in self.store.get_tasks(b.batch_id)
             if t.status == "open" and t.issue_number is not None
         }
         started = utcnow()
-        changes: dict[str, dict[str, Any]] = {}
+        changes: dict[str, dict[str, dict[str, Any]]] = {b.batch_id: {} for b in batches}
         if open_tasks:
-            changes = self._collect_closed(batch, open_tasks, full)
-        if changes:
-            self.store.update_tasks(batch_id, changes)
-            for task_id, change in changes.items():
+            polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
+            since = None
+            if not full and len(polled) == len(batches):
+                since = min(polled) - SINCE_OVERLAP
+            for (batch, task), change in self._collect_closed(batches[0].repo, open_tasks,
+                                                              since, full):
+                changes[batch.batch_id][task.task_id] = change
+        for batch_id, finished in changes.items():
+            self.store.update_tasks(batch_id, finished)
+            for task_id, change in finished.items():
                 log.info("batch %s: task %s finished as %s", batch_id, task_id, change["status"])
-        self._refresh_progress(batch_id, started)
-        return list(changes)
+            self._refresh_progress(batch_id, started)
+        return {batch_id: list(finished) for batch_id, finished in changes.items()}
 
-    def _collect_closed(self, batch: BatchRecord, open_tasks: dict[int, TaskRecord],
-                        full: bool) -> dict[str, dict[str, Any]]:
-        since = None
-        if not full and batch.last_polled_at is not None:
-            since = batch.last_polled_at - SINCE_OVERLAP
-        state = "all" if full else "closed"
+    def _collect_closed(
+        self, repo: str, open_tasks: dict[int, tuple[BatchRecord, TaskRecord]],
+        since: datetime | None, full: bool,
+    ) -> Iterator[tuple[tuple[BatchRecord, TaskRecord], dict[str, Any]]]:
         seen: set[int] = set()
-        changes: dict[str, dict[str, Any]] = {}
-        for issue in self.gitea.iter_issues(batch.repo, state=state,
+        for issue in self.gitea.iter_issues(repo, state="all" if full else "closed",
                                             labels=self.settings.task_label, since=since):
             seen.add(issue.number)
-            task = open_tasks.get(issue.number)
-            if task is not None and issue.state == "closed":
-                changes[task.task_id] = self._finish(batch, issue)
+            owner = open_tasks.get(issue.number)
+            if owner is not None and issue.state == "closed":
+                yield owner, self._finish(repo, issue)
         if full:
-            for number, task in open_tasks.items():
-                if number not in seen:
-                    changes.update(self._check_unseen(batch, task, number))
-        return changes
+            for number, owner in open_tasks.items():
+                change = None if number in seen else self._check_unseen(repo, number)
+                if change is not None:
+                    yield owner, change
 
-    def _check_unseen(self, batch: BatchRecord, task: TaskRecord,
-                      number: int) -> dict[str, dict[str, Any]]:
+    def _check_unseen(self, repo: str, number: int) -> dict[str, Any] | None:
         try:
-            issue = self.gitea.get_issue(batch.repo, number)
+            issue = self.gitea.get_issue(repo, number)
         except ForgeNotFound:
-            result = TaskResult(summary="the issue was deleted before the lane finished it")
-            return {task.task_id: {"status": "missing", "result": result,
-                                   "finished_at": utcnow()}}
-        if issue.state == "closed":
-            return {task.task_id: self._finish(batch, issue)}
-        return {}
+            return _missing("the issue was deleted before the lane finished it")
+        return self._finish(repo, issue) if issue.state == "closed" else None
 
-    def _finish(self, batch: BatchRecord, issue: ForgeIssue) -> dict[str, Any]:
+    def _finish(self, repo: str, issue: ForgeIssue) -> dict[str, Any]:
         try:
-            comments = self.gitea.list_comments(batch.repo, issue.number)
+            comments = self.gitea.list_comments(repo, issue.number)
         except ForgeNotFound:
-            return {"status": "missing", "finished_at": utcnow(),
-                    "result": TaskResult(summary="the issue was deleted")}
+            return _missing("the issue was deleted")
         status, result = read_result(issue, comments, self.settings.label_results)
         return {"status": status, "result": result, "finished_at": issue.closed_at or utcnow()}
 
-    def _refresh_progress(self, batch_id: str, polled_at: Any) -> BatchRecord:
+    def _refresh_progress(self, batch_id: str, polled_at: datetime) -> BatchRecord:
         tasks = self.store.get_tasks(batch_id)
         done = sum(1 for t in tasks if t.status in FINISHED_TASK_STATUSES)
-        fields: dict[str, Any] = {"done": done, "last_polled_at": polled_at}
+        fields: dict[str, Any] = {"last_polled_at": polled_at}
+        if done != self.store.get_batch(batch_id).done:
+            fields["done"] = done  # the index row is rewritten only when progress moved
         batch = self.store.update_batch(batch_id, **fields)
         if done == len(tasks):
             log.info("batch %s: all %d tasks finished", batch_id, done)
@@ -447,6 +451,10 @@ class EvalIntake:
         if batch.delivery_attempts == 0:
             return True
         return batch.next_delivery_at is not None and batch.next_delivery_at <= utcnow()
+
+
+def _missing(why: str) -> dict[str, Any]:
+    return {"status": "missing", "result": TaskResult(summary=why), "finished_at": utcnow()}
 
 
 def _opened(issue: ForgeIssue) -> dict[str, Any]:

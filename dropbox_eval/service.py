@@ -165,21 +165,25 @@ class Service:
             self._guard(f"file {path}", self.app.inbox.process, path)
 
     def poll_cycle(self) -> None:
-        """Resume interrupted intakes, poll running batches, emit finished ones."""
+        """Resume interrupted intakes, expire or cancel, poll each repo once, emit."""
         self.cycles += 1
         full = self.cycles % self.settings.full_poll_every == 1
         intake = self.app.intake
-        for row in self.app.store.list_batches(lambda r: r["status"] != "emitted"):
-            if self.stop_event.is_set():
-                return
+        rows = self.app.store.list_batches(lambda r: r["status"] != "emitted")
+        by_repo: dict[str, list[str]] = {}
+        for row in rows:
             batch_id = str(row["batch_id"])
-            if row["status"] == "running" and not self._guard(
-                    f"batch {batch_id}", intake.expire_if_overdue, batch_id):
+            if row["status"] != "running" or self.stop_event.is_set():
+                continue
+            if not self._guard(f"batch {batch_id}", intake.expire_if_overdue, batch_id):
                 self._guard(f"batch {batch_id}", intake.open_issues, batch_id)
-                self._guard(f"batch {batch_id}", intake.poll_completed, batch_id, full=full)
-            batch = self.app.store.get_batch(batch_id)
-            if intake.due_for_delivery(batch):
-                self._guard(f"batch {batch_id}", intake.emit, batch_id)
+                by_repo.setdefault(str(row["repo"]), []).append(batch_id)
+        for repo, batch_ids in by_repo.items():
+            self._guard(f"repo {repo}", intake.poll_batches, batch_ids, full=full)
+        for row in rows:
+            batch = self.app.store.get_batch(str(row["batch_id"]))
+            if intake.due_for_delivery(batch) and not self.stop_event.is_set():
+                self._guard(f"batch {batch.batch_id}", intake.emit, batch.batch_id)
         self._set_status(last_poll_at=_now(), cycles=self.cycles)
 
     def _guard(self, what: str, step: Any, *args: Any, **kwargs: Any) -> Any:

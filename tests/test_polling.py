@@ -1,0 +1,35 @@
+"""Poll by change: forge requests per cycle follow what changed, not how many tasks are open."""
+
+from __future__ import annotations
+
+from conftest import tasks
+
+from dropbox_eval.config import Settings
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import Service, build_app
+
+
+def test_shared_repo_costs_one_request_per_idle_cycle(settings: Settings,
+                                                      forge: SandboxForge) -> None:
+    app = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
+    app.billing.add_client("acme", 100)
+    ids = [app.intake.submit_batch("acme", tasks(4), batch_ref=f"r{i}")["batch_id"]
+           for i in range(3)]
+    service = Service(app)
+    service.poll_cycle()  # the first cycle is a full one
+    forge.clear_requests()
+    service.poll_cycle()
+    idle = forge.requests
+    assert [(r.method, r.path) for r in idle] == [("GET", f"/api/v1/repos/{forge.user}/shared"
+                                                          "/issues")]
+    assert "since=" in idle[0].query and "state=closed" in idle[0].query
+    finished = [app.store.get_tasks(ids[0])[0], app.store.get_tasks(ids[2])[3]]
+    for task in finished:
+        forge.finish_issue(forge.user, "shared", task.issue_number or 0, comment="ok",
+                           labels=["eval-pass"])
+    forge.clear_requests()
+    service.poll_cycle()
+    assert len(forge.requests) == 1 + len(finished)  # one listing + each new final comment
+    assert [t.status for t in app.store.get_tasks(ids[0])].count("passed") == 1
+    assert [t.status for t in app.store.get_tasks(ids[1])].count("passed") == 0
+    assert app.store.get_tasks(ids[2])[3].status == "passed"
