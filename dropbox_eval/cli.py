@@ -129,7 +129,7 @@ def run(obj: Context, once: bool, sandbox: bool, lane_delay: float, polling: boo
     with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay) as extra:
         settings = obj.settings(**extra)
         settings.require_forge()
-        code = Service(build_app(settings), polling=polling).run(once=once)
+        code = Service(build_app(settings), polling=polling or settings.polling).run(once=once)
     sys.exit(code)
 
 

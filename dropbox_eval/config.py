@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     task_label: str = "eval-task"
     pass_label: str = "eval-pass"
     fail_label: str = "eval-fail"
+    polling: bool = False
     quiet_period: float = Field(default=1.0, ge=0)
     rescan_interval: float = Field(default=30.0, gt=0)
     max_file_bytes: int = Field(default=20 * 1024 * 1024, gt=0)

@@ -3,26 +3,45 @@
 Every dropped file ends in exactly one of `accepted/` (with `<name>.receipt.json`) or
 `rejected/` (with `<name>.error.json`), beside where it was dropped. The original bytes are
 moved, never rewritten.
+
+What the inbox survives (README "File protocol" and "Uploading safely"):
+
+- Readiness is judged on the file itself, never on events: a file is read once its identity,
+  size, mtime and ctime stayed unchanged for the quiet period, measured on our own monotonic
+  clock from when we first saw that state (so a file copied in with an old mtime waits like
+  any other and is never skipped as "old"). The last look before reading opens the file,
+  which makes NFS/SMB clients revalidate cached attributes.
+- Hostile entries: a symlink is refused and moved aside without following it; a FIFO,
+  socket, device or directory named `*.json` is skipped without being opened for reading
+  in a blocking way; a symlinked client folder or outcome folder is never entered or
+  written through (all moves and writes go through directory descriptors opened with
+  O_NOFOLLOW), so a client cannot make the service touch anything outside the inbox.
+- Concurrency: the file is claimed with an exclusive `flock` for the whole read-accept-move
+  step, so a second process (a `submit`, a mis-configured second service) cannot file the
+  same drop twice; a file that changes while being read is left for a later look.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
+import secrets
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import BatchRejected
-from .fileio import fsync_dir, write_json
+from .errors import BatchRejected, ForgeError, NotFoundError
 from .intake import EvalIntake, rejection_from_validation
 from .models import ID_PATTERN, BatchFile, utcnow
 
@@ -30,10 +49,26 @@ log = logging.getLogger("dropbox_eval")
 
 OUTCOME_DIRS = ("accepted", "rejected")
 TEMP_SUFFIXES = (".filepart", ".part", ".tmp", ".writing", ".partial", ".crdownload")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_CHUNK = 1 << 20
+CANCEL_RE = re.compile(r"^cancel-(.+)\.json$")
+_SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
+_UTF8_BOM = b"\xef\xbb\xbf"
+_UTF16_32_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32",
+                  b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+
+Signature = tuple[int, int, int, int, int]
+"""What must stay unchanged for a file to be ready: dev, inode, size, mtime_ns, ctime_ns."""
 
 
 def is_candidate_name(root: Path, path: Path) -> bool:
-    """A `.json` file in the inbox or one client folder below it, not hidden or temporary."""
+    """A `.json` file in the inbox or one client folder below it, not hidden or temporary.
+
+    Temporary upload names (`*.filepart`, `*.part`, `*.tmp`, ...) do not end in `.json`, and
+    hidden names (rsync's `.name.XXXXXX`, lftp's `.in.name`) start with a dot: both are
+    ignored until renamed. The `.json` suffix is matched case-insensitively (`BATCH.JSON`).
+    """
     try:
         parts = path.relative_to(root).parts
     except ValueError:
@@ -42,26 +77,56 @@ def is_candidate_name(root: Path, path: Path) -> bool:
         return False
     if len(parts) == 2 and parts[0] in OUTCOME_DIRS:
         return False
-    name = parts[-1]
+    name = parts[-1].lower()
     return name.endswith(".json") and not name.endswith(TEMP_SUFFIXES)
+
+
+def candidates(root: Path) -> list[Path]:
+    """Every candidate entry present now, without following symlinked folders.
+
+    Lists the inbox and each real (non-symlink, non-hidden) client folder; never descends
+    into `accepted/` or `rejected/`, so a rescan costs the size of the backlog, not history.
+    """
+    found: list[Path] = []
+    for entry in _list_dir(root):
+        if entry.name.startswith("."):
+            continue
+        if _is_real_dir(entry):
+            if entry.name in OUTCOME_DIRS:
+                continue
+            for sub in _list_dir(Path(entry.path)):
+                path = Path(sub.path)
+                if not _is_real_dir(sub) and is_candidate_name(root, path):
+                    found.append(path)
+        elif is_candidate_name(root, Path(entry.path)):
+            found.append(Path(entry.path))
+    return sorted(found)
+
+
+def signature(info: os.stat_result) -> Signature:
+    """The readiness signature of a stat result."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 @dataclass
 class _Seen:
-    size: int
-    mtime_ns: int
+    signature: Signature
     stable_since: float
 
 
 class ReadinessTracker:
-    """A file is ready when its size and mtime stayed unchanged for the quiet period.
+    """A file is ready when its signature stayed unchanged for the quiet period.
 
-    Watchdog events and rescans only `touch` paths; they are never proof of completeness.
+    Watchdog events and rescans only `touch` paths; an event is a wake-up, never proof of
+    completeness (an interrupted upload closes its file too). The clock is monotonic and
+    starts when we first see a signature, so neither an old mtime (cp -p, rsync -t, a file
+    moved in from elsewhere) nor a clock step can make a file look ready early.
     """
 
     def __init__(self, quiet_period: float) -> None:
         self.quiet_period = quiet_period
         self._seen: dict[Path, _Seen | None] = {}
+        self._ignored: dict[Path, tuple[int, int]] = {}
         self._lock = threading.Lock()
 
     def touch(self, path: Path) -> None:
@@ -74,20 +139,24 @@ class ReadinessTracker:
         with self._lock:
             return len(self._seen)
 
-    def ready(self, now: float | None = None) -> list[Path]:
-        """Paths that are ready now (removed from tracking); vanished paths are dropped."""
-        moment = time.monotonic() if now is None else now
+    def ready(self, now: float | None = None) -> Iterator[Path]:
+        """Yield the paths that are ready, each checked again just before it is yielded.
+
+        A yielded path is no longer tracked; vanished and non-regular paths are dropped
+        (an event or the next rescan brings them back). Checking lazily means a file that a
+        writer resumed while earlier files were being processed is not read half-written.
+        """
         with self._lock:
-            paths = list(self._seen)
-        result = []
+            paths = sorted(self._seen)
         for path in paths:
+            moment = time.monotonic() if now is None else now
             verdict = self._check(path, moment)
-            if verdict is not None:
-                with self._lock:
-                    self._seen.pop(path, None)
-                if verdict:
-                    result.append(path)
-        return sorted(result)
+            if verdict is None:
+                continue
+            with self._lock:
+                self._seen.pop(path, None)
+            if verdict:
+                yield path
 
     def _check(self, path: Path, moment: float) -> bool | None:
         """True = ready, False = forget it, None = keep waiting."""
@@ -98,13 +167,58 @@ class ReadinessTracker:
         if stat.S_ISLNK(info.st_mode):
             return True  # refused by the inbox straight away; waiting would not change it
         if not stat.S_ISREG(info.st_mode):
+            self._note_ignored(path, info)
             return False
+        current = signature(info)
         with self._lock:
             seen = self._seen.get(path)
-            if seen is None or (seen.size, seen.mtime_ns) != (info.st_size, info.st_mtime_ns):
-                self._seen[path] = _Seen(info.st_size, info.st_mtime_ns, moment)
-                return None if self.quiet_period > 0 else True
-        return True if moment - seen.stable_since >= self.quiet_period else None
+            if seen is None or seen.signature != current:
+                self._seen[path] = _Seen(current, moment)
+                if self.quiet_period > 0:
+                    return None
+                return True
+        if moment - seen.stable_since < self.quiet_period:
+            return None
+        fresh = _fresh_signature(path)
+        if fresh is None:
+            return False
+        if fresh != current:  # a cached view (NFS attribute cache) hid a change
+            with self._lock:
+                self._seen[path] = _Seen(fresh, moment)
+            return None
+        return True
+
+    def _note_ignored(self, path: Path, info: os.stat_result) -> None:
+        key = (info.st_ino, stat.S_IFMT(info.st_mode))
+        with self._lock:
+            if self._ignored.get(path) == key:
+                return
+            self._ignored[path] = key
+        log.warning("file %s: not a regular file (%s); ignored", path,
+                    _kind(info.st_mode))
+
+
+def _fresh_signature(path: Path) -> Signature | None:
+    """Signature from an open descriptor (an open revalidates network-share attribute caches).
+
+    None when the path vanished or is no longer a regular file. An unreadable file returns
+    a signature from lstat so that the inbox reports it (and retries it later).
+    """
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            info = path.lstat()
+        except OSError:
+            return None
+        return signature(info) if stat.S_ISREG(info.st_mode) else None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return signature(info) if stat.S_ISREG(info.st_mode) else None
 
 
 @dataclass
@@ -114,6 +228,15 @@ class Outcome:
     status: str  # accepted | rejected | skipped
     path: Path | None
     document: dict[str, Any]
+
+
+class _Skip(Exception):
+    """The file cannot be handled now; it stays where it is (no receipt, no error file)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
 
 class Inbox:
@@ -127,10 +250,7 @@ class Inbox:
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans)."""
-        found: list[Path] = []
-        for pattern in ("*.json", "*/*.json"):
-            found.extend(p for p in self.root.glob(pattern) if is_candidate_name(self.root, p))
-        return sorted(found)
+        return candidates(self.root)
 
     def client_folder(self, path: Path) -> str | None:
         """The client id fixed by a per-client folder, if the file sits in one."""
@@ -138,65 +258,144 @@ class Inbox:
         return parts[0] if len(parts) == 2 else None
 
     def process(self, path: Path) -> Outcome:
-        """Accept or reject one ready file; never raises for bad input."""
+        """Accept or reject one ready file; never raises for bad input.
+
+        `skipped` means the file was left in place for a later look: it vanished, is not a
+        regular file, is unreadable, is claimed by another process, or changed while read.
+        """
         if not is_candidate_name(self.root, path):
             return Outcome("skipped", None, {"reason": "not an inbox candidate"})
-        log.info("file %s: seen", path)
         try:
-            raw = self._read(path)
-        except FileNotFoundError:
-            return Outcome("skipped", None, {"reason": "vanished"})
-        except BatchRejected as exc:
-            return self._reject(path, exc, None)
+            folder_fd = self._open_folder(path.parent)
+        except _Skip as skip:
+            return _skipped(path, skip)
         except OSError as exc:
-            log.warning("file %s: cannot read, will retry: %s", path, exc)
-            return Outcome("skipped", None, {"reason": "unreadable", "message": str(exc)})
-        sha256 = hashlib.sha256(raw).hexdigest()
+            return _skipped(path, _Skip("folder_unavailable", f"cannot open the folder: {exc}"))
         try:
-            batch, client_id = self._parse(path, raw)
-            result = self.intake.accept(batch, client_id, source=str(path.relative_to(
-                self.root)), sha256=sha256)
-        except BatchRejected as exc:
-            return self._reject(path, exc, sha256)
-        return self._accept(path, result, client_id, sha256)
+            return self._process_in(folder_fd, path)
+        except _Skip as skip:
+            return _skipped(path, skip)
+        finally:
+            os.close(folder_fd)
 
-    def _read(self, path: Path) -> bytes:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    # -- one file -------------------------------------------------------------------------
+
+    def _process_in(self, folder_fd: int, path: Path) -> Outcome:
+        for outcome in OUTCOME_DIRS:  # checked before any intake, created only when needed
+            _check_outcome_folder(folder_fd, path, outcome)
         try:
-            fd = os.open(path, flags)
+            fd = self._open_file(folder_fd, path.name)
+        except FileNotFoundError:
+            raise _Skip("vanished", "the file disappeared before it was read") from None
+        except BatchRejected as exc:
+            return self._reject(folder_fd, path, exc, None)
+        except OSError as exc:  # permissions, I/O errors, a share gone away
+            raise _Skip("unreadable", f"cannot open the file, will retry: {exc}") from exc
+        try:
+            if not _claim(fd):
+                raise _Skip("busy", "another process holds a lock on the file")
+            if not _same_file(folder_fd, path.name, fd):
+                raise _Skip("vanished", "the file was moved or replaced before it was read")
+            log.info("file %s: reading", path)
+            try:
+                raw = self._read(fd)
+            except BatchRejected as exc:
+                return self._reject(folder_fd, path, exc, None)
+            except OSError as exc:
+                raise _Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
+            sha256 = hashlib.sha256(raw).hexdigest()
+            try:
+                if CANCEL_RE.match(path.name):
+                    result, client_id = self._cancel(path)
+                else:
+                    batch, client_id = self._parse(path, raw)
+                    result = self.intake.accept(batch, client_id, source=str(
+                        path.relative_to(self.root)), sha256=sha256)
+            except BatchRejected as exc:
+                return self._reject(folder_fd, path, exc, sha256)
+            return self._accept(folder_fd, path, result, client_id, sha256)
+        finally:
+            os.close(fd)
+
+    def _open_folder(self, folder: Path) -> int:
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if folder == self.root:
+            return root_fd
+        try:
+            return os.open(folder.name, _DIR_FLAGS, dir_fd=root_fd)
         except OSError as exc:
-            if path.is_symlink():
+            if _is_symlink_at(root_fd, folder.name):
+                raise _Skip("symlinked_folder", f"client folder {folder.name!r} is a "
+                            "symbolic link; files in it are ignored") from exc
+            raise
+        finally:
+            os.close(root_fd)
+
+    def _outcome_folder(self, folder_fd: int, path: Path, outcome: str) -> int:
+        """Open (creating it if needed) `accepted/` or `rejected/` without following links."""
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(outcome, 0o777, dir_fd=folder_fd)  # umask applies
+        try:
+            return os.open(outcome, _DIR_FLAGS, dir_fd=folder_fd)
+        except OSError as exc:
+            raise _unusable_outcome_folder(path, outcome, exc) from exc
+
+    def _open_file(self, folder_fd: int, name: str) -> int:
+        info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            raise BatchRejected("symlink", "symbolic links are refused; upload the file itself")
+        if not stat.S_ISREG(info.st_mode):
+            raise _Skip("not_a_file", f"not a regular file ({_kind(info.st_mode)})")
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=folder_fd)
+        except OSError as exc:
+            if _is_symlink_at(folder_fd, name):
                 raise BatchRejected("symlink", "symbolic links are refused; upload the file "
                                     "itself") from exc
             raise
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise FileNotFoundError(path)
-            if info.st_size > self.max_file_bytes:
-                raise BatchRejected("too_large", f"file is {info.st_size} bytes; the limit is "
-                                    f"{self.max_file_bytes}", limit=self.max_file_bytes)
-            return handle.read(self.max_file_bytes + 1)
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode) or opened.st_ino != info.st_ino:
+            os.close(fd)
+            raise _Skip("changed", "the file was replaced while being opened")
+        return fd
+
+    def _read(self, fd: int) -> bytes:
+        before = os.fstat(fd)
+        if before.st_size > self.max_file_bytes:
+            raise BatchRejected("too_large", f"file is {before.st_size} bytes; the limit is "
+                                f"{self.max_file_bytes}", limit=self.max_file_bytes)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= self.max_file_bytes:
+            chunk = os.read(fd, min(_READ_CHUNK, self.max_file_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > self.max_file_bytes:
+            raise BatchRejected("too_large", f"file is over {self.max_file_bytes} bytes; the "
+                                f"limit is {self.max_file_bytes}", limit=self.max_file_bytes)
+        after = os.fstat(fd)
+        if signature(after) != signature(before) or total != after.st_size:
+            raise _Skip("changed", "the file changed while being read; it will be read again "
+                        "once it stays unchanged")
+        return b"".join(chunks)
 
     def _parse(self, path: Path, raw: bytes) -> tuple[BatchFile, str]:
         if not raw.strip():
             raise BatchRejected("invalid_json", "the file is empty")
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise BatchRejected("invalid_encoding", f"file is not UTF-8 (byte {exc.start})"
-                                ) from exc
-        try:
-            document = json.loads(text)
-        except RecursionError as exc:
-            raise BatchRejected("invalid_json", "JSON is nested too deeply") from exc
-        except json.JSONDecodeError as exc:
-            raise BatchRejected("invalid_json", f"not valid JSON: {exc.msg} at line "
-                                f"{exc.lineno} column {exc.colno}", line=exc.lineno,
-                                column=exc.colno) from exc
+        text = _decode(raw)
+        document = _load_json(text)
         if not isinstance(document, dict):
             raise BatchRejected("invalid_batch", "the document must be a JSON object",
                                 field="(document)")
+        if _SURROGATE_ESCAPE_RE.search(text):
+            _refuse_lone_surrogates(document)
+        tasks = document.get("tasks")
+        limit = self.intake.settings.max_tasks
+        if isinstance(tasks, list) and len(tasks) > limit:
+            raise BatchRejected("too_many_tasks", f"{len(tasks)} tasks; the limit is {limit}",
+                                field="tasks", limit=limit)
         try:
             batch = BatchFile.model_validate(document)
         except ValidationError as exc:
@@ -211,41 +410,245 @@ class Inbox:
                                 "valid client id", field="client_id")
         return batch, client_id
 
-    def _accept(self, path: Path, result: dict[str, Any], client_id: str,
+    def _cancel(self, path: Path) -> tuple[dict[str, Any], str]:
+        """`<client>/cancel-<batch_id>.json`: cancel one of that client's running batches."""
+        match = CANCEL_RE.match(path.name)
+        assert match is not None
+        batch_id, client_id = match.group(1), self.client_folder(path)
+        if client_id is None:
+            raise BatchRejected("missing_client_id", "cancel files go in the client's folder, "
+                                "inbox/<client_id>/cancel-<batch_id>.json")
+        try:
+            batch = self.intake.store.get_batch(batch_id)
+        except NotFoundError:
+            batch = None
+        if batch is None or batch.client_id != client_id:
+            raise BatchRejected("unknown_batch", f"you have no batch {batch_id!r}",
+                                batch_id=batch_id)
+        if batch.status != "running":
+            raise BatchRejected("not_running", f"batch {batch_id} is already {batch.status}",
+                                batch_id=batch_id, status=batch.status)
+        status: str
+        try:
+            status = self.intake.cancel(batch_id).status
+        except ForgeError as exc:
+            log.warning("batch %s: cancel stored, the service finishes it: %s", batch_id, exc)
+            status = "cancelling"
+        return {"ok": True, "batch_id": batch_id, "cancel": True, "status": status}, client_id
+
+    # -- filing away ----------------------------------------------------------------------
+
+    def _accept(self, folder_fd: int, path: Path, result: dict[str, Any], client_id: str,
                 sha256: str) -> Outcome:
         receipt = {**result, "client_id": client_id, "sha256": sha256, "file": path.name,
                    "accepted_at": utcnow().isoformat()}
-        final = self._file_away(path, "accepted", receipt, ".receipt.json")
+        final = self._file_away(folder_fd, path, "accepted", receipt, ".receipt.json")
         log.info("file %s: accepted as batch %s%s", path, result["batch_id"],
                  " (duplicate of an earlier drop)" if result.get("duplicate") else "")
         return Outcome("accepted", final, receipt)
 
-    def _reject(self, path: Path, error: BatchRejected, sha256: str | None) -> Outcome:
+    def _reject(self, folder_fd: int, path: Path, error: BatchRejected,
+                sha256: str | None) -> Outcome:
         document = {**error.as_dict(), "file": path.name, "sha256": sha256,
                     "rejected_at": utcnow().isoformat()}
-        final = self._file_away(path, "rejected", document, ".error.json")
+        final = self._file_away(folder_fd, path, "rejected", document, ".error.json")
         log.warning("file %s: rejected (%s): %s", path, error.reason, error.message)
         return Outcome("rejected", final, document)
 
-    def _file_away(self, path: Path, outcome: str, document: dict[str, Any],
-                   suffix: str) -> Path:
-        folder = path.parent / outcome
-        folder.mkdir(exist_ok=True)
-        target = _free_name(folder, path.name)
-        write_json(folder / f"{target.name}{suffix}", document)
-        os.rename(path, target)
-        fsync_dir(folder)
-        fsync_dir(path.parent)
-        return target
+    def _file_away(self, folder_fd: int, path: Path, outcome: str, document: dict[str, Any],
+                   suffix: str) -> Path | None:
+        """Write the receipt/error file, then move the drop beside it (receipt first, so a
+        client that sees its file moved also sees why)."""
+        out_fd = self._outcome_folder(folder_fd, path, outcome)
+        try:
+            target = _free_name(out_fd, path.name, suffix)
+            _write_json_at(out_fd, f"{target}{suffix}", document)
+            try:
+                os.rename(path.name, target, src_dir_fd=folder_fd, dst_dir_fd=out_fd)
+            except FileNotFoundError:
+                log.warning("file %s: removed by its owner while being filed as %s", path,
+                            outcome)
+                if outcome == "rejected":
+                    with contextlib.suppress(OSError):
+                        os.unlink(f"{target}{suffix}", dir_fd=out_fd)
+                return None
+            os.fsync(out_fd)
+            os.fsync(folder_fd)
+        finally:
+            os.close(out_fd)
+        return path.parent / outcome / target
 
 
-def _free_name(folder: Path, name: str) -> Path:
-    target = folder / name
+# -- helpers ------------------------------------------------------------------------------
+
+def _skipped(path: Path, skip: _Skip) -> Outcome:
+    level = logging.INFO if skip.reason in ("vanished", "changed", "busy") else logging.WARNING
+    log.log(level, "file %s: left in place (%s): %s", path, skip.reason, skip.message)
+    return Outcome("skipped", None, {"reason": skip.reason, "message": skip.message})
+
+
+def _check_outcome_folder(folder_fd: int, path: Path, outcome: str) -> None:
+    try:
+        info = os.stat(outcome, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise _unusable_outcome_folder(path, outcome, _kind(info.st_mode))
+
+
+def _unusable_outcome_folder(path: Path, outcome: str, why: object) -> _Skip:
+    return _Skip("outcome_folder_unusable", f"{path.parent / outcome} is not a plain folder "
+                 f"({why}); nothing is filed through it, the file stays where it is")
+
+
+def _decode(raw: bytes) -> str:
+    for bom, encoding in _UTF16_32_BOMS.items():
+        if raw.startswith(bom):
+            raise BatchRejected("invalid_encoding", f"the file is {encoding} (it starts with a "
+                                f"{encoding} byte-order mark); save it as UTF-8")
+    if b"\x00" in raw[:4]:  # JSON text cannot start with NUL; UTF-16/32 without a BOM does
+        raise BatchRejected("invalid_encoding", "the file looks like UTF-16 or UTF-32 (NUL "
+                            "bytes between the first characters); save it as UTF-8")
+    body = raw.removeprefix(_UTF8_BOM)  # RFC 8259 lets parsers ignore a UTF-8 BOM: we do
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        position = len(raw) - len(body) + exc.start
+        raise BatchRejected("invalid_encoding", f"the file is not UTF-8 (byte {position} is "
+                            f"0x{raw[position]:02x}); save it as UTF-8", byte=position
+                            ) from exc
+
+
+def _load_json(text: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except RecursionError as exc:
+        raise BatchRejected("invalid_json", "JSON is nested too deeply") from exc
+    except json.JSONDecodeError as exc:
+        ended_early = exc.pos >= len(text.rstrip())
+        hint = " (the file ends early: an interrupted upload?)" if ended_early else ""
+        raise BatchRejected("invalid_json", f"not valid JSON: {exc.msg} at line {exc.lineno} "
+                            f"column {exc.colno}{hint}", line=exc.lineno, column=exc.colno
+                            ) from exc
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BatchRejected("invalid_json", f"duplicate key {key!r} in one object "
+                                    "(JSON readers disagree on which value wins)", field=key)
+            seen.add(key)
+    return document
+
+
+def _refuse_lone_surrogates(document: Any) -> None:
+    """`"\\ud800"` is valid JSON syntax but not text; refuse it before it reaches the forge."""
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise BatchRejected("invalid_encoding", "a string contains an unpaired UTF-16 "
+                                    "surrogate escape (\\ud800-\\udfff); every string must be "
+                                    "valid Unicode") from exc
+
+
+def _claim(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # the filesystem has no locks (some shares): proceed unclaimed
+    return True
+
+
+def _same_file(folder_fd: int, name: str, fd: int) -> bool:
+    try:
+        now = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _is_symlink_at(folder_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _exists_at(folder_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _free_name(folder_fd: int, name: str, suffix: str) -> str:
+    """`name`, or `stem.N.ext`, such that neither it nor its receipt/error file exists."""
+    stem, ext = os.path.splitext(name)
+    target = name
     counter = 1
-    while target.exists() or target.is_symlink():
-        target = folder / f"{Path(name).stem}.{counter}{Path(name).suffix}"
+    while _exists_at(folder_fd, target) or _exists_at(folder_fd, f"{target}{suffix}"):
+        target = f"{stem}.{counter}{ext}"
         counter += 1
     return target
+
+
+def _write_json_at(folder_fd: int, name: str, data: Any) -> None:
+    """Atomically write JSON into the folder behind `folder_fd` (temp file, fsync, rename)."""
+    payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644, dir_fd=folder_fd)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o644)
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder_fd)
+        raise
+
+
+def _list_dir(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        log.warning("inbox: cannot list %s: %s", folder, exc)
+        return []
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _kind(mode: int) -> str:
+    kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device",
+             stat.S_IFBLK: "a device", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a link"}
+    return kinds.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def _valid_id(value: str) -> bool:

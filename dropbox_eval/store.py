@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from tinydb.storages import Storage
 from .errors import NotFoundError, StoreError
 from .fileio import write_atomically
 from .models import BatchRecord, Client, LedgerEntry, TaskRecord
+
+STALE_TEMP_SECONDS = 300
 
 
 class AtomicJSONStorage(Storage):
@@ -71,10 +74,14 @@ class Store:
         self._remove_stale_temp_files()
 
     def _remove_stale_temp_files(self) -> None:
+        """Temp files left by a crash. Only old ones: another process may be mid-write."""
+        cutoff = time.time() - STALE_TEMP_SECONDS
         with self.locked():
             for folder in (self.state_dir, self.batches_dir):
                 for tmp in folder.glob(".*.tmp"):
-                    tmp.unlink(missing_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        if tmp.stat().st_mtime < cutoff:
+                            tmp.unlink()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -215,13 +222,13 @@ class Store:
         def apply(doc: MutableMapping[str, Any]) -> None:
             doc.update(encoded.get(doc["task_id"], {}))
 
-        with self._open(self._batch_file(batch_id)) as db:
+        with self.locked(), self._open(self._batch_file(batch_id)) as db:
             db.table("tasks").update(apply)
 
     def update_batch(self, batch_id: str, **fields: Any) -> BatchRecord:
         """Change batch fields (one write) and refresh its index row; returns the new record."""
         encoded = {k: _encode(v) for k, v in fields.items()}
-        with self._open(self._batch_file(batch_id)) as db:
+        with self.locked(), self._open(self._batch_file(batch_id)) as db:
             db.table("batch").update(encoded, doc_ids=[1])
             row = db.table("batch").get(doc_id=1)
         batch = BatchRecord.model_validate(row)

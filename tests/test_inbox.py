@@ -98,7 +98,7 @@ def test_same_bytes_twice_make_one_batch(app: App, funded: str) -> None:
     assert second.document["duplicate"] is True
     assert (app.inbox.root / "accepted" / "x.1.json").exists()
     assert len(app.store.list_batches()) == 1
-    assert app.billing.client(funded).balance == 98
+    assert app.billing.client(funded).available == 98
 
 
 def test_symlink_is_refused_and_target_untouched(app: App, funded: str, tmp_path: Path) -> None:
@@ -125,11 +125,11 @@ def test_readiness_waits_for_quiet_period(tmp_path: Path) -> None:
     path.write_text("{")
     tracker = ReadinessTracker(quiet_period=1.0)
     tracker.touch(path)
-    assert tracker.ready(now=100.0) == []
-    assert tracker.ready(now=100.5) == []
+    assert list(tracker.ready(now=100.0)) == []
+    assert list(tracker.ready(now=100.5)) == []
     with path.open("a") as handle:
         handle.write("}")
     os.utime(path, ns=(1, 1))
-    assert tracker.ready(now=101.2) == []  # changed: the clock restarts
-    assert tracker.ready(now=102.3) == [path]
+    assert list(tracker.ready(now=101.2)) == []  # changed: the clock restarts
+    assert list(tracker.ready(now=102.3)) == [path]
     assert tracker.pending() == 0

@@ -166,3 +166,26 @@ def test_refused_callback_rejects_the_file(app: App, forge: SandboxForge, funded
     error = read_json(app.inbox.root / "rejected" / "cb.json.error.json")
     assert error["reason"] == "callback_refused" and error["field"] == "callback_url"
     assert forge.requests == [] and app.billing.client(funded).held == 0
+
+
+def test_cancel_file_in_client_folder(app: App, forge: SandboxForge, funded: str) -> None:
+    app.billing.add_client("other", 100)
+    batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
+    folder = app.inbox.root / "other"
+    folder.mkdir(parents=True)
+    foreign = folder / f"cancel-{batch_id}.json"
+    foreign.write_text("{}")
+    refused = app.inbox.process(foreign)
+    assert refused.status == "rejected" and refused.document["reason"] == "unknown_batch"
+    assert app.store.get_batch(batch_id).status == "running"
+    own = app.inbox.root / funded / f"cancel-{batch_id}.json"
+    own.parent.mkdir(parents=True)
+    own.write_text("")
+    done = app.inbox.process(own)
+    assert done.status == "accepted", done.document
+    assert done.document["status"] == "cancelled"
+    assert (app.inbox.root / funded / "accepted" / f"cancel-{batch_id}.json.receipt.json").exists()
+    assert app.store.get_batch(batch_id).status == "cancelled"
+    own.write_text("")
+    again = app.inbox.process(own)
+    assert again.status == "rejected" and again.document["reason"] == "not_running"

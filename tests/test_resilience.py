@@ -11,11 +11,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import read_json, start_receiver, tasks
+from conftest import read_json, start_receiver, tasks, wait_for
 
 from dropbox_eval.billing import Billing
 from dropbox_eval.config import Settings, load_settings
@@ -23,15 +23,6 @@ from dropbox_eval.fileio import write_atomically
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
 from dropbox_eval.service import App, Service, build_app
 from dropbox_eval.store import Store
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def drop(settings: Settings, client: str, name: str, document: dict[str, object]) -> None:

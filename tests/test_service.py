@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import read_json, tasks
+from conftest import read_json, tasks, wait_for
 
 
 def _cli(home: Path, *args: str, env: dict[str, str] | None = None,
@@ -25,15 +25,6 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> None:
     env = _env(SAAS_EVAL_POLL_INTERVAL="0.3", SAAS_EVAL_QUIET_PERIOD="0.2",
                SAAS_EVAL_RESCAN_INTERVAL="600")
@@ -43,7 +34,7 @@ def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> 
          "--lane-delay", "0.3"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     try:
-        assert _wait_for(lambda: (tmp_path / "state" / "service.json").exists(), 20)
+        assert wait_for(lambda: (tmp_path / "state" / "service.json").exists(), 20)
         time.sleep(0.5)  # the observer is running; the file below arrives as an event
         folder = tmp_path / "inbox" / "acme"
         folder.mkdir(parents=True)
@@ -51,7 +42,7 @@ def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> 
         upload.write_text(json.dumps({"batch_ref": "r1", "tasks": tasks(2)}))
         upload.rename(folder / "run.json")
         outbox = tmp_path / "outbox"
-        assert _wait_for(lambda: any(outbox.glob("*.json")), 30), service.stderr
+        assert wait_for(lambda: any(outbox.glob("*.json")), 30), service.stderr
         status = _cli(tmp_path, "status", "--json", env=env)
         assert json.loads(status.stdout)["running"] is True
         second = _cli(tmp_path, "run", "--sandbox", env=env)

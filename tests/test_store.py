@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -56,5 +58,10 @@ def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
     Store(tmp_path)
     stale = tmp_path / "batches" / ".x.json.abc.tmp"
     stale.write_text("half")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    live = tmp_path / ".index.json.def.tmp"  # another process may be writing this one now
+    live.write_text("{")
     Store(tmp_path)
     assert not stale.exists()
+    assert live.exists()

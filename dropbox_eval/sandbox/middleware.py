@@ -30,21 +30,26 @@ class ApiMiddleware:
         if scope["type"] != "http" or not _is_api(path):
             await self.app(scope, receive, send)
             return
-        status = 500
+        query = scope.get("query_string", b"").decode("latin-1")
+        logged = False
+
+        def record(status: int) -> None:
+            nonlocal logged
+            if not logged:
+                logged = True
+                self.state.log.append(RequestLogEntry(scope["method"], path, status, query))
 
         async def logged_send(message: Message) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
+                record(message["status"])  # before the client can see the answer
             await send(message)
 
         try:
             await self._serve(scope, receive, logged_send, path)
         except ClientDisconnect:
-            status = 499  # the client went away mid-request (killed); nothing to answer
+            record(499)  # the client went away mid-request (killed); nothing to answer
         finally:
-            query = scope.get("query_string", b"").decode("latin-1")
-            self.state.log.append(RequestLogEntry(scope["method"], path, status, query))
+            record(500)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         faults = self.state.faults
