@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 from datetime import timedelta
 
 import pytest
@@ -94,3 +97,38 @@ def test_since_is_sent_as_strict_rfc3339(client: GiteaClient, forge: SandboxForg
     later = utcnow() + timedelta(hours=1)
     assert list(client.iter_issues(repo, since=later)) == []
     assert len(list(client.iter_issues(repo, since=later - timedelta(hours=2)))) == 1
+
+
+def test_timeout_is_retryable(forge: SandboxForge, sleeps: list[float]) -> None:
+    slow = GiteaClient(forge.url, forge.token, timeout=0.2, attempts=2, sleep=sleeps.append)
+    forge.set_delay(0.5)
+    with pytest.raises(ForgeRetryable, match="timed out"):
+        slow.version()
+    assert len(sleeps) == 1
+
+
+def test_connection_reset_is_retryable(sleeps: list[float]) -> None:
+    """A server that accepts and hangs up at once, like a forge restarting."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def hang_up() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            reset_on_close = struct.pack("ii", 1, 0)  # linger 0: close sends RST
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, reset_on_close)
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        client = GiteaClient(f"http://127.0.0.1:{port}", "t", attempts=3, sleep=sleeps.append)
+        with pytest.raises(ForgeRetryable, match="unreachable"):
+            client.version()
+        assert len(sleeps) == 2
+    finally:
+        listener.close()
