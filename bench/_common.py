@@ -1,0 +1,351 @@
+"""Shared helpers of the bench scripts: figures with targets, output, forge in a process.
+
+Not part of the package and not imported by the tests. Every bench script is run as
+`python bench/<name>.py [--json]`; this module sits beside them on `sys.path[0]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from unittest import mock
+
+import requests
+
+from dropbox_eval.config import Settings, load_settings
+from dropbox_eval.store import Store
+
+logging.getLogger("dropbox_eval").setLevel(logging.WARNING)
+START_LOAD = os.getloadavg()
+
+
+@dataclass
+class Figure:
+    """One measured number, its target (if any) and whether the target is met."""
+
+    name: str
+    value: float
+    unit: str
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """PASS / MISS, or '-' for a figure without a target (a baseline or context)."""
+        if self.ok is None:
+            return "-"
+        return "PASS" if self.ok else "MISS"
+
+
+@dataclass
+class BenchResult:
+    """What one bench script prints (or emits as JSON)."""
+
+    bench: str
+    command: str
+    figures: list[Figure] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def add(self, name: str, value: float, unit: str, target: str = "",
+            ok: bool | None = None, note: str = "") -> Figure:
+        """Append a figure and return it."""
+        figure = Figure(name, value, unit, target, ok, note)
+        self.figures.append(figure)
+        return figure
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict with every figure and the machine note."""
+        data = asdict(self)
+        for item, figure in zip(data["figures"], self.figures, strict=True):
+            item["verdict"] = figure.verdict
+        data["machine"] = machine_note()
+        data["code"] = code_version()
+        data["load_at_start"] = round(START_LOAD[0], 2)
+        return data
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """An argument parser that already knows `--json`."""
+    result = argparse.ArgumentParser(description=description)
+    result.add_argument("--json", action="store_true", help="print one JSON document")
+    return result
+
+
+def command_line() -> str:
+    """The command that ran this script, relative to the project root."""
+    script = os.path.relpath(sys.argv[0], start=project_root())
+    return " ".join(["python", script, *sys.argv[1:]])
+
+
+def project_root() -> str:
+    """The folder that holds `bench/`."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def machine_note() -> str:
+    """CPU count, Python, platform and date (figures are ratios, but context helps)."""
+    cpus = os.cpu_count() or 0
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    return (f"{cpus} cores, Python {platform.python_version()}, {platform.system()} "
+            f"{platform.release()}, {stamp}")
+
+
+def code_version() -> str:
+    """Git HEAD plus a digest of the package sources (the tree is edited concurrently)."""
+    root = project_root()
+    digest = hashlib.sha256()
+    package = os.path.join(root, "dropbox_eval")
+    for folder, _dirs, files in sorted(os.walk(package)):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as handle:
+                    digest.update(name.encode() + handle.read())
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        head = "?"
+    return f"HEAD {head}, dropbox_eval sources sha256 {digest.hexdigest()[:12]}"
+
+
+def fmt(value: float) -> str:
+    """A number short enough for a table."""
+    if value == int(value) and abs(value) < 1e12:
+        return str(int(value))
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def emit(result: BenchResult, as_json: bool) -> None:
+    """Print the result as a table (or JSON)."""
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    print(f"== {result.bench}: {result.command}")
+    width = max((len(f.name) for f in result.figures), default=10)
+    for figure in result.figures:
+        value = f"{fmt(figure.value)} {figure.unit}".strip()
+        target = f"target {figure.target}" if figure.target else ""
+        line = f"  {figure.name:<{width}}  {value:>16}  {target:<18} {figure.verdict}"
+        print(line.rstrip())
+        if figure.note:
+            print(f"  {'':<{width}}    ({figure.note})")
+    for key, value in result.info.items():
+        print(f"  {key}: {value}")
+    print(f"  bench wall time: {result.seconds:.1f} s; load average at start "
+          f"{START_LOAD[0]:.2f}; {machine_note()}")
+    print(f"  code: {code_version()}")
+
+
+def make_tasks(count: int, prefix: str = "t") -> list[dict[str, Any]]:
+    """`count` small but realistic tasks (title, body, two acceptance items)."""
+    return [
+        {"task_id": f"{prefix}{i}", "title": f"Evaluate case {i}",
+         "body": f"Run scenario {i} against the candidate and report.",
+         "acceptance": ["the scenario runs", "the report names the verdict"]}
+        for i in range(count)
+    ]
+
+
+def settings_for(home: str, url: str, token: str, user: str, **extra: Any) -> Settings:
+    """Product settings against a sandbox forge; clients are funded by the caller."""
+    values: dict[str, Any] = {"home": home, "gitea_url": url, "gitea_token": token,
+                              "owner": user, "task_price": 0, "intake_concurrency": 4}
+    values.update(extra)
+    return load_settings(**values)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile (pct in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def rss_kib() -> tuple[int, int]:
+    """(VmHWM, VmRSS) of this process in KiB, from /proc/self/status (0 if unavailable)."""
+    peak = current = 0
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    peak = int(line.split()[1])
+                elif line.startswith("VmRSS:"):
+                    current = int(line.split()[1])
+    except OSError:
+        pass
+    return peak, current
+
+
+_FORGE_CHILD = """
+import sys
+from dropbox_eval.sandbox import SandboxForge
+with SandboxForge(port=0) as forge:
+    print(forge.url, forge.token, forge.user, flush=True)
+    sys.stdin.read()
+"""
+
+
+class ForgeProcess:
+    """A `SandboxForge(port=0)` served by a child process (its own GIL and core).
+
+    The request log is read over the sandbox's `/_sandbox/requests` control route.
+    """
+
+    def __init__(self) -> None:
+        self.url = self.token = self.user = ""
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> ForgeProcess:
+        self._proc = subprocess.Popen([sys.executable, "-c", _FORGE_CHILD],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().split()
+        if len(line) != 3:
+            self._proc.kill()
+            raise RuntimeError("sandbox forge process did not start")
+        self.url, self.token, self.user = line
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._proc is None:
+            return
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The forge's API request log (method, path, status, query)."""
+        response = requests.get(f"{self.url}/_sandbox/requests", timeout=60)
+        response.raise_for_status()
+        entries: list[dict[str, Any]] = response.json()
+        return entries
+
+    def clear_requests(self) -> None:
+        """Forget the forge's API request log."""
+        requests.delete(f"{self.url}/_sandbox/requests", timeout=60).raise_for_status()
+
+
+class Stopwatch:
+    """`with Stopwatch() as sw: ...; sw.seconds`."""
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.seconds = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+class StoreIO:
+    """Count the store's whole-file reads and writes (and their bytes) while active.
+
+    Wraps `AtomicJSONStorage.read/write` for measurement only; behaviour is unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.reads = self.writes = 0
+        self.read_bytes = self.write_bytes = 0
+        self.index_reads = self.index_writes = 0
+        self._saved: tuple[Any, Any] | None = None
+
+    def __enter__(self) -> StoreIO:
+        from dropbox_eval.store import AtomicJSONStorage
+
+        original_read, original_write = AtomicJSONStorage.read, AtomicJSONStorage.write
+        counter = self
+
+        def read(storage: Any) -> Any:
+            data = original_read(storage)
+            counter.reads += 1
+            counter.index_reads += storage._path.name == "index.json"
+            with contextlib.suppress(OSError):
+                counter.read_bytes += os.path.getsize(storage._path)
+            return data
+
+        def write(storage: Any, data: Any) -> None:
+            original_write(storage, data)
+            counter.writes += 1
+            counter.index_writes += storage._path.name == "index.json"
+            with contextlib.suppress(OSError):
+                counter.write_bytes += os.path.getsize(storage._path)
+
+        self._saved = (original_read, original_write)
+        AtomicJSONStorage.read = read  # type: ignore[method-assign]
+        AtomicJSONStorage.write = write  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        from dropbox_eval.store import AtomicJSONStorage
+
+        assert self._saved is not None
+        AtomicJSONStorage.read, AtomicJSONStorage.write = self._saved  # type: ignore[method-assign]
+
+    def summary(self) -> str:
+        """`R reads (X MB, I of index.json), W writes (Y MB, J of index.json)`."""
+        return (f"{self.reads} file reads ({self.read_bytes / 1e6:.2f} MB; "
+                f"{self.index_reads} of index.json), {self.writes} writes "
+                f"({self.write_bytes / 1e6:.2f} MB; {self.index_writes} of index.json)")
+
+
+@contextmanager
+def parsed_file_cache() -> Iterator[None]:
+    """Proposed store change: reuse parsed batch files while the file is unchanged.
+
+    Every store write replaces the file (new inode), so (inode, mtime_ns, size) is a sound
+    key even across processes. Emulated at `Store.get_batch/get_tasks`.
+    """
+    cache: dict[tuple[str, str], tuple[tuple[int, int, int], Any]] = {}
+
+    def cached(method: Any, kind: str) -> Any:
+        def wrapper(self: Store, batch_id: str) -> Any:
+            try:
+                info = os.stat(Path(self.batches_dir) / f"{batch_id}.json")
+            except (AttributeError, OSError):
+                return method(self, batch_id)
+            key = (info.st_ino, info.st_mtime_ns, info.st_size)
+            hit = cache.get((kind, batch_id))
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            value = method(self, batch_id)
+            cache[(kind, batch_id)] = (key, value)
+            return value
+
+        return wrapper
+
+    with ExitStack() as stack:
+        for name in ("get_batch", "get_tasks"):
+            stack.enter_context(mock.patch.object(Store, name,
+                                                  cached(getattr(Store, name), name)))
+        yield

@@ -1,0 +1,125 @@
+"""Drop-to-issues latency: a 10-task batch file renamed into the inbox -> its issues exist.
+
+A real `Service` (watchdog observer, service loop) runs in a background thread against an
+in-process sandbox forge. Each drop writes `inbox/bench/bN.json.part`, fsyncs it, then
+renames it to `bN.json` (an atomic upload); the clock runs from the rename until the forge
+has answered 201 to all 10 issue creations (read from the forge's request log every 2 ms).
+Measured with the default quiet period (1 s), with 0.05 s, and - as a what-if for
+"a file renamed into place is complete" - with 0.
+
+    python bench/latency.py [--drops 20] [--tasks 10] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
+
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import Service, build_app
+
+TARGET_P50_MS = 100.0
+WAIT_LIMIT = 30.0
+
+
+def created(forge: SandboxForge) -> int:
+    """Issues the forge has created since its log was last cleared."""
+    return sum(1 for e in forge.requests
+               if e.method == "POST" and e.path.endswith("/issues") and e.status == 201)
+
+
+def drop(inbox: Path, index: int, tasks: int) -> Path:
+    """Write the batch under a temporary name (not yet visible as a candidate)."""
+    part = inbox / f"b{index}.json.part"
+    data = json.dumps({"batch_ref": f"drop-{index}", "tasks": make_tasks(tasks, f"d{index}-")})
+    with open(part, "w", encoding="utf-8") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return part
+
+
+def measure(forge: SandboxForge, quiet: float, drops: int, tasks: int) -> tuple[list[float],
+                                                                                 list[float]]:
+    """(drop -> issues exist, drop -> receipt written) in seconds, one pair per drop."""
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as home:
+        settings = settings_for(home, forge.url, forge.token, forge.user, quiet_period=quiet,
+                                poll_interval=3600)
+        app = build_app(settings)
+        app.billing.add_client("bench", 0)
+        inbox = settings.inbox_path / "bench"
+        inbox.mkdir(parents=True)
+        accepted = inbox / "accepted"
+        service = Service(app)
+        thread = threading.Thread(target=service.run, name="bench-service", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while service.status.get("last_poll_at") is None:  # loop up, watcher running
+            if time.monotonic() > deadline:
+                raise RuntimeError("service did not start")
+            time.sleep(0.01)
+        issues: list[float] = []
+        receipts: list[float] = []
+        try:
+            for index in range(drops + 1):  # drop 0 warms up and is not counted
+                part = drop(inbox, index, tasks)
+                final = part.with_name(f"b{index}.json")
+                forge.clear_requests()
+                start = time.perf_counter()
+                os.rename(part, final)
+                end = start + WAIT_LIMIT
+                while created(forge) < tasks:
+                    if time.perf_counter() > end:
+                        raise RuntimeError(f"drop {index}: issues not created in time")
+                    time.sleep(0.002)
+                got_issues = time.perf_counter()
+                while not (accepted / f"b{index}.json.receipt.json").exists():
+                    if time.perf_counter() > end:
+                        raise RuntimeError(f"drop {index}: no receipt in time")
+                    time.sleep(0.002)
+                got_receipt = time.perf_counter()
+                if index:
+                    issues.append(got_issues - start)
+                    receipts.append(got_receipt - start)
+        finally:
+            service.stop()
+            thread.join(timeout=30)
+    return issues, receipts
+
+
+def main() -> None:
+    args_parser = parser(__doc__ or "")
+    args_parser.add_argument("--drops", type=int, default=20)
+    args_parser.add_argument("--tasks", type=int, default=10)
+    args = args_parser.parse_args()
+    started = time.perf_counter()
+    result = BenchResult("latency", command_line())
+    variants = [(1.0, "default quiet_period=1.0"), (0.05, "quiet_period=0.05"),
+                (0.0, "what-if quiet_period=0 (rename = complete)")]
+    with SandboxForge(port=0) as forge:
+        for quiet, label in variants:
+            issues, receipts = measure(forge, quiet, args.drops, args.tasks)
+            p50 = percentile(issues, 50) * 1000
+            p95 = percentile(issues, 95) * 1000
+            result.add(f"{label}: p50", p50, "ms", f"<= {TARGET_P50_MS:.0f} ms",
+                       p50 <= TARGET_P50_MS,
+                       note=f"min {min(issues) * 1000:.0f} ms, max {max(issues) * 1000:.0f} ms"
+                            f"; receipt written at p50 "
+                            f"{statistics.median(receipts) * 1000:.0f} ms")
+            result.add(f"{label}: p95", p95, "ms")
+    result.info["setup"] = (f"{args.drops} drops (+1 warm-up) of {args.tasks}-task batches per "
+                            "variant; Service.run in a thread with the inotify observer; "
+                            "in-process SandboxForge; state on local disk")
+    result.seconds = time.perf_counter() - started
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()
