@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
@@ -95,6 +96,7 @@ class GiteaClient:
             }
         )
         self._login: str | None = None
+        self.listed_at: datetime | None = None  # forge clock at the start of the last list
 
     # -- transport ----------------------------------------------------------------------
 
@@ -127,18 +129,22 @@ class GiteaClient:
         return float(backoff(state))
 
     def _pages(self, path: str, params: dict[str, Any]) -> Iterator[list[Any]]:
+        """Every page of a list; stops on a page without `rel="next"` (or a short page when
+        the server sends no Link header). Sets `listed_at` from the first page's Date."""
         page = 1
         while True:
             response = self._retrying_send("GET", path, params={**params, "page": page,
                                                                 "limit": PAGE_LIMIT})
+            if page == 1:
+                self.listed_at = _server_time(response)
             items = _json(response)
             if not isinstance(items, list):
                 raise ForgePermanent(f"GET {path}: expected a JSON list")
             yield items
-            has_next = _NEXT_LINK_RE.search(response.headers.get("Link", "")) is not None
-            if len(items) < PAGE_LIMIT and not has_next:
-                return
-            if not items:
+            link = response.headers.get("Link")
+            last = (not _NEXT_LINK_RE.search(link)) if link is not None else (
+                len(items) < PAGE_LIMIT)
+            if last or not items:
                 return
             page += 1
 
@@ -212,6 +218,15 @@ class GiteaClient:
             for item in page:
                 yield _issue(item)
 
+    def count_issues(self, repo: str, *, state: str, labels: str) -> int:
+        """How many issues match, from `X-Total-Count` of a one-item page (one request)."""
+        response = self._retrying_send("GET", f"/repos/{repo}/issues", params={
+            "state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1})
+        try:
+            return int(response.headers["X-Total-Count"])
+        except (KeyError, ValueError) as exc:
+            raise ForgePermanent(f"GET /repos/{repo}/issues: no X-Total-Count header") from exc
+
     def get_issue(self, repo: str, number: int) -> ForgeIssue:
         """One issue; ForgeNotFound when deleted."""
         return _issue(self._request("GET", f"/repos/{repo}/issues/{number}"))
@@ -277,6 +292,13 @@ def _message(response: requests.Response) -> str:
     if isinstance(body, dict) and body.get("message"):
         return str(body["message"])
     return ""
+
+
+def _server_time(response: requests.Response) -> datetime | None:
+    try:
+        return parsedate_to_datetime(response.headers["Date"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _retry_after(response: requests.Response) -> float | None:

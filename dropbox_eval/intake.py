@@ -34,7 +34,11 @@ from .report import build_report, read_result
 log = logging.getLogger("dropbox_eval")
 
 MARKER_RE = re.compile(r"<!-- dropbox-eval:task batch=(\S+) task=(\S+) -->")
-SINCE_OVERLAP = timedelta(minutes=2)
+# `since` is taken from the forge's own clock (the Date of the previous listing), so one
+# second covers its whole-second precision; our clock is used only without a Date header.
+SINCE_OVERLAP = timedelta(seconds=1)
+LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
+ADOPT_MARGIN = timedelta(hours=1)  # finding an interrupted intake's issues tolerates skew
 FLUSH_SECONDS = 1.0
 MAX_DELIVERY_DELAY = 6 * 3600.0
 LABEL_COLOR = "5319e7"
@@ -203,7 +207,7 @@ class EvalIntake:
     def _adopt_existing(self, batch: BatchRecord, pending: list[TaskRecord]) -> list[TaskRecord]:
         wanted = {t.task_id for t in pending}
         found: dict[str, dict[str, Any]] = {}
-        since = batch.created_at - SINCE_OVERLAP
+        since = batch.created_at - ADOPT_MARGIN
         for issue in self.gitea.iter_issues(batch.repo, labels=self.settings.task_label,
                                             since=since):
             for marked_batch, task_id in MARKER_RE.findall(issue.body):
@@ -260,16 +264,21 @@ class EvalIntake:
             t.issue_number: (b, t) for b in batches for t in self.store.get_tasks(b.batch_id)
             if t.status == "open" and t.issue_number is not None
         }
-        started = utcnow()
+        started = utcnow() - LOCAL_CLOCK_MARGIN
         changes: dict[str, dict[str, dict[str, Any]]] = {b.batch_id: {} for b in batches}
         if open_tasks:
+            repo = batches[0].repo
+            if full:  # a listing of everything only when issues went missing
+                full = self.gitea.count_issues(repo, state="open", labels=self.settings.
+                                               task_label) < len(open_tasks)
             polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
             since = None
             if not full and len(polled) == len(batches):
                 since = min(polled) - SINCE_OVERLAP
-            for (batch, task), change in self._collect_closed(batches[0].repo, open_tasks,
-                                                              since, full):
+            self.gitea.listed_at = None
+            for (batch, task), change in self._collect_closed(repo, open_tasks, since, full):
                 changes[batch.batch_id][task.task_id] = change
+            started = self.gitea.listed_at or started
         for batch_id, finished in changes.items():
             self.store.update_tasks(batch_id, finished)
             for task_id, change in finished.items():

@@ -167,7 +167,7 @@ class Service:
     def poll_cycle(self) -> None:
         """Resume interrupted intakes, expire or cancel, poll each repo once, emit."""
         self.cycles += 1
-        full = self.cycles % self.settings.full_poll_every == 1
+        full = (self.cycles - 1) % self.settings.full_poll_every == 0
         intake = self.app.intake
         rows = self.app.store.list_batches(lambda r: r["status"] != "emitted")
         by_repo: dict[str, list[str]] = {}

@@ -33,3 +33,27 @@ def test_shared_repo_costs_one_request_per_idle_cycle(settings: Settings,
     assert [t.status for t in app.store.get_tasks(ids[0])].count("passed") == 1
     assert [t.status for t in app.store.get_tasks(ids[1])].count("passed") == 0
     assert app.store.get_tasks(ids[2])[3].status == "passed"
+
+
+def test_full_cycle_probes_first_and_lists_only_when_issues_vanished(
+        settings: Settings, forge: SandboxForge) -> None:
+    app = build_app(settings.model_copy(update={"full_poll_every": 2}))
+    app.billing.add_client("acme", 200)
+    batch_id = app.intake.submit_batch("acme", tasks(60))["batch_id"]
+    repo = app.store.get_batch(batch_id).repo
+    service = Service(app)
+    service.poll_cycle()  # cycle 1: full
+    service.poll_cycle()  # cycle 2: incremental
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 3: full, nothing vanished
+    idle_full = [r.query for r in forge.requests]
+    assert len(idle_full) == 2 and "limit=1" in idle_full[0]
+    gone = app.store.get_tasks(batch_id)[5]
+    forge.delete_issue(*repo.split("/"), gone.issue_number or 0)
+    service.poll_cycle()  # cycle 4: incremental, cannot see a deletion
+    assert app.store.get_tasks(batch_id)[5].status == "open"
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 5: full, the probe sees one issue fewer
+    assert app.store.get_tasks(batch_id)[5].status == "missing"
+    listing = [r for r in forge.requests if "state=all" in r.query]
+    assert len(listing) == 2  # 59 issues: two pages of 50, no empty third page
