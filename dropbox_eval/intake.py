@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,7 +39,7 @@ MARKER_RE = re.compile(r"<!-- dropbox-eval:task batch=(\S+) task=(\S+) -->")
 SINCE_OVERLAP = timedelta(seconds=1)
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
 ADOPT_MARGIN = timedelta(hours=1)  # finding an interrupted intake's issues tolerates skew
-FLUSH_SECONDS = 1.0
+FLUSH_SECONDS = 5.0
 MAX_DELIVERY_DELAY = 6 * 3600.0
 LABEL_COLOR = "5319e7"
 
@@ -102,29 +102,35 @@ class EvalIntake:
     def accept(self, batch: BatchFile, client_id: str, *, source: str | None = None,
                sha256: str | None = None) -> dict[str, Any]:
         """Record a valid batch (or find its duplicate), then open its issues."""
-        record, duplicate = self.record(batch, client_id, source=source, sha256=sha256)
+        record, tasks, duplicate = self.record(batch, client_id, source=source, sha256=sha256)
         if not duplicate:
             log.info("batch %s: accepted %d tasks from %s (%s)", record.batch_id, record.total,
                      client_id, source or "api")
+        numbers: dict[str, int] | None = None
         try:
             if self._gitea is not None:  # without a forge, the service creates them later
-                self.open_issues(record.batch_id)
+                numbers, _ = self._open(record, tasks)
         except ForgeError as exc:
             log.warning("batch %s: issue creation interrupted, will resume: %s",
                         record.batch_id, exc)
-        tasks = self.store.get_tasks(record.batch_id)
+        if numbers is None:
+            numbers = {t.task_id: t.issue_number for t in self.store.get_tasks(record.batch_id)
+                       if t.issue_number is not None}
+        order = [t.task_id for t in tasks] if tasks else list(numbers)
         result: dict[str, Any] = {
             "ok": True,
             "batch_id": record.batch_id,
-            "issues": [{"task_id": t.task_id, "issue_number": t.issue_number} for t in tasks],
+            "issues": [{"task_id": task_id, "issue_number": numbers.get(task_id)}
+                       for task_id in order],
         }
         if duplicate:
             result["duplicate"] = True
         return result
 
     def record(self, batch: BatchFile, client_id: str, *, source: str | None = None,
-               sha256: str | None = None) -> tuple[BatchRecord, bool]:
-        """Store the batch before any forge call; (record, is_duplicate). No forge I/O."""
+               sha256: str | None = None) -> tuple[BatchRecord, list[TaskRecord], bool]:
+        """Store the batch before any forge call: (record, new tasks, is_duplicate); a
+        duplicate comes back with no tasks. No forge I/O."""
         if batch.client_id is not None and batch.client_id != client_id:
             raise BatchRejected(
                 "client_mismatch",
@@ -140,7 +146,7 @@ class EvalIntake:
         with self.store.locked():
             existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
             if existing:
-                return self.store.get_batch(existing), True
+                return self.store.get_batch(existing), [], True
             cost = self.core.check_funded(client_id, len(batch.tasks))
             record = self._new_record(batch, client_id, cost, source, sha256)
             tasks = [
@@ -150,7 +156,7 @@ class EvalIntake:
             ]
             hold = self.core.hold_entry(client_id, cost, record.batch_id)
             self.store.create_batch(record, tasks, hold)
-        return record, False
+        return record, tasks, False
 
     def _new_record(self, batch: BatchFile, client_id: str, cost: int, source: str | None,
                     sha256: str | None) -> BatchRecord:
@@ -189,58 +195,89 @@ class EvalIntake:
         Safe to call again after any interruption: a resumed intake first finds the issues
         an earlier attempt created (by their marker) and creates only the rest.
         """
-        batch = self.store.get_batch(batch_id)
-        pending = [t for t in self.store.get_tasks(batch_id) if t.status == "pending"]
-        if not pending or batch.status != "running":
-            return 0
-        gitea = self.gitea
-        gitea.ensure_repo(batch.repo)
-        label_id = gitea.ensure_label(batch.repo, self.settings.task_label, LABEL_COLOR)
-        if batch.intake_started:
-            pending = self._adopt_existing(batch, pending)
-        else:
-            self.store.update_batch(batch_id, intake_started=True)
-        created = self._create_all(batch, pending, label_id)
-        log.info("batch %s: created %d issues in %s", batch_id, created, batch.repo)
-        return created
+        return len(self._open(self.store.get_batch(batch_id), [])[1])
 
-    def _adopt_existing(self, batch: BatchRecord, pending: list[TaskRecord]) -> list[TaskRecord]:
+    def _open(self, batch: BatchRecord,
+              tasks: list[TaskRecord]) -> tuple[dict[str, int] | None, dict[str, int]]:
+        """(issue number of every task that has one, the ones created now); (None, {}) when
+        there was nothing to do. `tasks` may be given to save reading them."""
+        if batch.intake_done or batch.status != "running":
+            return None, {}
+        tasks = tasks or self.store.get_tasks(batch.batch_id)
+        numbers = {t.task_id: t.issue_number for t in tasks if t.issue_number is not None}
+        pending = [t for t in tasks if t.issue_number is None and t.status == "pending"]
+        created: dict[str, int] = {}
+        if pending:
+            gitea = self.gitea
+            gitea.ensure_repo(batch.repo)
+            label_id = gitea.ensure_label(batch.repo, self.settings.task_label, LABEL_COLOR)
+            if batch.intake_started:
+                adopted = self._adopt_existing(batch, pending)
+                numbers.update(adopted)
+                pending = [t for t in pending if t.task_id not in adopted]
+            else:
+                self.store.update_batch(batch.batch_id, intake_started=True)
+            created = self._create_all(batch, pending, label_id)
+            numbers.update(created)
+            log.info("batch %s: created %d issues in %s", batch.batch_id, len(created),
+                     batch.repo)
+        if len(numbers) == len(tasks) or not pending:
+            self.store.update_batch(batch.batch_id, intake_done=True)
+        return numbers, created
+
+    def _adopt_existing(self, batch: BatchRecord, pending: list[TaskRecord]) -> dict[str, int]:
         wanted = {t.task_id for t in pending}
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, ForgeIssue] = {}
         since = batch.created_at - ADOPT_MARGIN
         for issue in self.gitea.iter_issues(batch.repo, labels=self.settings.task_label,
                                             since=since):
             for marked_batch, task_id in MARKER_RE.findall(issue.body):
                 if marked_batch == batch.batch_id and task_id in wanted:
-                    found.setdefault(task_id, _opened(issue))
-        self.store.update_tasks(batch.batch_id, found)
+                    found.setdefault(task_id, issue)
+        self.store.update_tasks(batch.batch_id, {k: _opened(i) for k, i in found.items()})
         if found:
             log.info("batch %s: found %d issues from an interrupted intake",
                      batch.batch_id, len(found))
-        return [t for t in pending if t.task_id not in found]
+        return {task_id: issue.number for task_id, issue in found.items()}
 
-    def _create_all(self, batch: BatchRecord, tasks: list[TaskRecord], label_id: int) -> int:
-        done: dict[str, dict[str, Any]] = {}
+    def _create_all(self, batch: BatchRecord, tasks: list[TaskRecord],
+                    label_id: int) -> dict[str, int]:
+        """Create issues with bounded concurrency and a bounded queue; progress is stored
+        every few seconds (a crash in between is repaired by adoption, not by a flush)."""
+        created: dict[str, int] = {}
+        unsaved: dict[str, dict[str, Any]] = {}
         last_flush = time.monotonic()
-        created = 0
+        queue = iter(tasks)
         workers = self.settings.intake_concurrency
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intake") as pool:
-            futures: dict[Future[ForgeIssue], str] = {
-                pool.submit(self.gitea.create_issue, batch.repo, t.payload.title,
-                            issue_body(batch.batch_id, t.payload), [label_id]): t.task_id
-                for t in tasks
-            }
+            in_flight: dict[Future[ForgeIssue], str] = {}
+
+            def submit_next() -> None:
+                task = next(queue, None)
+                if task is not None:
+                    body = issue_body(batch.batch_id, task.payload)
+                    future = pool.submit(self.gitea.create_issue, batch.repo,
+                                         task.payload.title, body, [label_id])
+                    in_flight[future] = task.task_id
+
+            for _ in range(2 * workers):
+                submit_next()
             try:
-                for future in _as_completed_or_fail(futures):
-                    done[futures[future]] = _opened(future.result())
-                    created += 1
+                while in_flight:
+                    finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        task_id = in_flight.pop(future)
+                        issue = future.result()  # the first failure stops the intake
+                        created[task_id] = issue.number
+                        unsaved[task_id] = _opened(issue)
+                        submit_next()
                     if time.monotonic() - last_flush >= FLUSH_SECONDS:
-                        self.store.update_tasks(batch.batch_id, done)
-                        done, last_flush = {}, time.monotonic()
+                        self.store.update_tasks(batch.batch_id, unsaved)
+                        unsaved, last_flush = {}, time.monotonic()
             finally:
-                for future in futures:
+                for future in in_flight:
                     future.cancel()
-                self.store.update_tasks(batch.batch_id, done)
+                self.store.update_tasks(batch.batch_id, unsaved)
         return created
 
     # -- poll ---------------------------------------------------------------------------
@@ -260,8 +297,9 @@ class EvalIntake:
         batches = [b for b in map(self.store.get_batch, batch_ids) if b.status == "running"]
         if not batches:
             return {}
+        tasks = {b.batch_id: self.store.get_tasks(b.batch_id) for b in batches}
         open_tasks = {
-            t.issue_number: (b, t) for b in batches for t in self.store.get_tasks(b.batch_id)
+            t.issue_number: (b, t) for b in batches for t in tasks[b.batch_id]
             if t.status == "open" and t.issue_number is not None
         }
         started = utcnow() - LOCAL_CLOCK_MARGIN
@@ -279,11 +317,13 @@ class EvalIntake:
             for (batch, task), change in self._collect_closed(repo, open_tasks, since, full):
                 changes[batch.batch_id][task.task_id] = change
             started = self.gitea.listed_at or started
-        for batch_id, finished in changes.items():
-            self.store.update_tasks(batch_id, finished)
+        for batch in batches:
+            finished = changes[batch.batch_id]
+            self.store.update_tasks(batch.batch_id, finished)
             for task_id, change in finished.items():
-                log.info("batch %s: task %s finished as %s", batch_id, task_id, change["status"])
-            self._refresh_progress(batch_id, started)
+                log.info("batch %s: task %s finished as %s", batch.batch_id, task_id,
+                         change["status"])
+            self._refresh_progress(batch, _applied(tasks[batch.batch_id], finished), started)
         return {batch_id: list(finished) for batch_id, finished in changes.items()}
 
     def _collect_closed(
@@ -318,15 +358,15 @@ class EvalIntake:
         status, result = read_result(issue, comments, self.settings.label_results)
         return {"status": status, "result": result, "finished_at": issue.closed_at or utcnow()}
 
-    def _refresh_progress(self, batch_id: str, polled_at: datetime) -> BatchRecord:
-        tasks = self.store.get_tasks(batch_id)
+    def _refresh_progress(self, batch: BatchRecord, tasks: list[TaskRecord],
+                          polled_at: datetime) -> BatchRecord:
         done = sum(1 for t in tasks if t.status in FINISHED_TASK_STATUSES)
         fields: dict[str, Any] = {"last_polled_at": polled_at}
-        if done != self.store.get_batch(batch_id).done:
+        if done != batch.done:
             fields["done"] = done  # the index row is rewritten only when progress moved
-        batch = self.store.update_batch(batch_id, **fields)
+        batch = self.store.update_batch(batch.batch_id, **fields)
         if done == len(tasks):
-            log.info("batch %s: all %d tasks finished", batch_id, done)
+            log.info("batch %s: all %d tasks finished", batch.batch_id, done)
             batch = self._close(batch, tasks, "completed")
         return batch
 
@@ -462,20 +502,18 @@ class EvalIntake:
         return batch.next_delivery_at is not None and batch.next_delivery_at <= utcnow()
 
 
+def _applied(tasks: list[TaskRecord], changes: dict[str, dict[str, Any]]) -> list[TaskRecord]:
+    """The tasks as they are after `changes` were stored."""
+    return [t.model_copy(update=changes[t.task_id]) if t.task_id in changes else t
+            for t in tasks]
+
+
 def _missing(why: str) -> dict[str, Any]:
     return {"status": "missing", "result": TaskResult(summary=why), "finished_at": utcnow()}
 
 
 def _opened(issue: ForgeIssue) -> dict[str, Any]:
     return {"status": "open", "issue_number": issue.number, "issue_url": issue.html_url}
-
-
-def _as_completed_or_fail(futures: Iterable[Future[ForgeIssue]]) -> Iterable[Future[ForgeIssue]]:
-    """Yield futures as they finish; stop at the first failure (its result() raises)."""
-    remaining = set(futures)
-    while remaining:
-        finished, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
-        yield from sorted(finished, key=lambda f: f.exception() is not None)
 
 
 def rejection_from_validation(exc: ValidationError) -> BatchRejected:

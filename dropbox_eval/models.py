@@ -157,6 +157,7 @@ class BatchRecord(BaseModel):
     emitted_at: datetime | None = None
     last_polled_at: datetime | None = None
     intake_started: bool = False
+    intake_done: bool = False
     cancel_requested: bool = False
     delivery_attempts: int = 0
     next_delivery_at: datetime | None = None
@@ -183,6 +184,7 @@ class Client(BaseModel):
 class LedgerEntry(BaseModel):
     """One money movement; balances change only through these."""
 
+    entry_id: str = Field(default_factory=lambda: secrets.token_hex(8))
     client_id: str
     amount: int
     held_change: int = 0

@@ -169,7 +169,7 @@ class Service:
         self.cycles += 1
         full = (self.cycles - 1) % self.settings.full_poll_every == 0
         intake = self.app.intake
-        rows = self.app.store.list_batches(lambda r: r["status"] != "emitted")
+        rows = self.app.store.list_batches(live_only=True)
         by_repo: dict[str, list[str]] = {}
         for row in rows:
             batch_id = str(row["batch_id"])
@@ -182,7 +182,9 @@ class Service:
             self._guard(f"repo {repo}", intake.poll_batches, batch_ids, full=full)
         for row in rows:
             batch = self.app.store.get_batch(str(row["batch_id"]))
-            if intake.due_for_delivery(batch) and not self.stop_event.is_set():
+            if batch.status == "emitted":  # a crash came between emit and archiving
+                self.app.store.archive(batch)
+            elif intake.due_for_delivery(batch) and not self.stop_event.is_set():
                 self._guard(f"batch {batch.batch_id}", intake.emit, batch.batch_id)
         self._set_status(last_poll_at=_now(), cycles=self.cycles)
 

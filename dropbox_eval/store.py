@@ -2,19 +2,26 @@
 
 Layout under the state folder::
 
-    index.json              tables clients, ledger, batches (one small summary row per batch)
-    batches/<batch_id>.json tables batch (one row) and tasks (one row per task)
-    store.lock              inter-process lock held around every read-modify-write
+    index.json                  clients, the live ledger, one summary row per live batch
+    batches/<batch_id>.json     the batch record (one small row)
+    tasks/<batch_id>.json       the batch's tasks (one row per task)
+    keys/<client_id>/<key>      duplicate-drop keys (sha256 of the bytes, batch_ref) -> batch id
+    archive/batches.jsonl       summary rows of emitted batches (append-only)
+    archive/ledger.jsonl        ledger entries of emitted batches (append-only)
+    store.lock                  inter-process lock held around every read-modify-write
 
 Every TinyDB file is replaced atomically (temp file, fsync, rename, fsync of the folder), so a
-crash or a concurrent reader never sees half a file. A write to one batch costs only that
-batch's size, never the size of the history.
+crash or a concurrent reader never sees half a file. The cost of an operation never grows
+with the history: a batch's writes cost its own size, the index holds only live batches
+(an emitted batch's row and ledger entries move to the append-only archive in one step), and
+duplicate lookups are one file name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
@@ -69,7 +76,11 @@ class Store:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.batches_dir = state_dir / "batches"
-        self.batches_dir.mkdir(parents=True, exist_ok=True)
+        self.tasks_dir = state_dir / "tasks"
+        self.keys_dir = state_dir / "keys"
+        self.archive_dir = state_dir / "archive"
+        for folder in (self.batches_dir, self.tasks_dir, self.keys_dir, self.archive_dir):
+            folder.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(state_dir / "store.lock"))
         self._remove_stale_temp_files()
 
@@ -77,7 +88,7 @@ class Store:
         """Temp files left by a crash. Only old ones: another process may be mid-write."""
         cutoff = time.time() - STALE_TEMP_SECONDS
         with self.locked():
-            for folder in (self.state_dir, self.batches_dir):
+            for folder in (self.state_dir, self.batches_dir, self.tasks_dir):
                 for tmp in folder.glob(".*.tmp"):
                     with contextlib.suppress(FileNotFoundError):
                         if tmp.stat().st_mtime < cutoff:
@@ -118,13 +129,16 @@ class Store:
     def _batch_file(self, batch_id: str) -> Path:
         return self.batches_dir / f"{batch_id}.json"
 
+    def _tasks_file(self, batch_id: str) -> Path:
+        return self.tasks_dir / f"{batch_id}.json"
+
     # -- clients and ledger -------------------------------------------------------------
 
     def get_client(self, client_id: str) -> Client | None:
         """The client, or None when unknown."""
-        with self._index() as db:
-            row = db.table("clients").get(Query().client_id == client_id)
-        return Client.model_validate(row) if row else None
+        with self._index() as db:  # search(), not get(cond): get reads the table twice
+            rows = db.table("clients").search(Query().client_id == client_id)
+        return Client.model_validate(rows[0]) if rows else None
 
     def list_clients(self) -> list[Client]:
         """Every client, sorted by id."""
@@ -163,34 +177,35 @@ class Store:
         return True
 
     def ledger(self, client_id: str) -> list[LedgerEntry]:
-        """The client's ledger, oldest first."""
+        """The client's ledger (archived and live), oldest first."""
         with self._index() as db:
             rows = db.table("ledger").search(Query().client_id == client_id)
-        return [LedgerEntry.model_validate(r) for r in rows]
+        entries = {r["entry_id"]: r for r in self._archived("ledger") if r["client_id"] ==
+                   client_id}
+        entries.update((r["entry_id"], r) for r in rows)
+        return sorted((LedgerEntry.model_validate(r) for r in entries.values()),
+                      key=lambda e: e.at)
 
     # -- batches ------------------------------------------------------------------------
 
     def create_batch(self, batch: BatchRecord, tasks: list[TaskRecord],
-                     charge: LedgerEntry | None = None) -> None:
-        """Write a new batch file (one write for all tasks), then its index row and charge.
+                     hold: LedgerEntry | None = None) -> None:
+        """Write the tasks (one write for all) and the batch record, then its index row and
+        hold in one atomic write, then its duplicate keys.
 
-        The index row and the charge are one atomic write: a crash before it leaves only an
-        unreferenced batch file, never an uncharged or half-recorded batch.
+        A crash before the index write leaves only unreferenced files, never a batch without
+        its hold; until the keys exist, duplicates are found in the (live) index rows.
         """
-        path = self._batch_file(batch.batch_id)
-        if path.exists():
+        if self._batch_file(batch.batch_id).exists():
             raise StoreError(f"batch {batch.batch_id} already exists")
-        with self._open(path) as db:
-            db.storage.write(
-                {
-                    "batch": {"1": _dump(batch)},
-                    "tasks": {str(i): _dump(t) for i, t in enumerate(tasks, start=1)},
-                }
-            )
-        with self._index_change() as data:
-            _insert(data["batches"], _summary(batch))
-            if charge is not None:
-                _post(data, charge)
+        with self.locked():
+            _write_table(self._tasks_file(batch.batch_id), "tasks", [_dump(t) for t in tasks])
+            _write_table(self._batch_file(batch.batch_id), "batch", [_dump(batch)])
+            with self._index_change() as data:
+                _insert(data["batches"], _summary(batch))
+                if hold is not None:
+                    _post(data, hold)
+            self._write_keys(batch)
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""
@@ -205,8 +220,10 @@ class Store:
 
     def get_tasks(self, batch_id: str) -> list[TaskRecord]:
         """Every task of the batch in file order."""
-        self.get_batch(batch_id)
-        with self._open(self._batch_file(batch_id)) as db:
+        path = self._tasks_file(batch_id)
+        if not _safe_id(batch_id) or not path.exists():
+            raise NotFoundError(f"no batch {batch_id!r}")
+        with self._open(path) as db:
             rows = db.table("tasks").all()
         return [TaskRecord.model_validate(r) for r in rows]
 
@@ -222,46 +239,87 @@ class Store:
         def apply(doc: MutableMapping[str, Any]) -> None:
             doc.update(encoded.get(doc["task_id"], {}))
 
-        with self.locked(), self._open(self._batch_file(batch_id)) as db:
+        with self.locked(), self._open(self._tasks_file(batch_id)) as db:
             db.table("tasks").update(apply)
 
     def update_batch(self, batch_id: str, **fields: Any) -> BatchRecord:
-        """Change batch fields (one write) and refresh its index row; returns the new record."""
+        """Change batch fields (one small write) and refresh its index row; an emitted
+        batch's row and ledger entries move to the archive. Returns the new record."""
         encoded = {k: _encode(v) for k, v in fields.items()}
-        with self.locked(), self._open(self._batch_file(batch_id)) as db:
-            db.table("batch").update(encoded, doc_ids=[1])
-            row = db.table("batch").get(doc_id=1)
-        batch = BatchRecord.model_validate(row)
-        summary = _summary(batch)
-        if any(key in summary for key in fields):
-            with self._index_change() as data:
-                for row in data["batches"].values():
-                    if row["batch_id"] == batch_id:
-                        row.update(summary)
+        with self.locked():
+            with self._open(self._batch_file(batch_id)) as db:
+                db.table("batch").update(encoded, doc_ids=[1])
+                row = db.table("batch").get(doc_id=1)
+            batch = BatchRecord.model_validate(row)
+            if batch.status == "emitted":
+                self.archive(batch)
+            elif any(key in _SUMMARY_FIELDS for key in fields):
+                with self._index_change() as data:
+                    for index_row in data["batches"].values():
+                        if index_row["batch_id"] == batch_id:
+                            index_row.update(_summary(batch))
         return batch
 
-    def list_batches(self, where: Callable[[dict[str, Any]], bool] | None = None) -> list[
-        dict[str, Any]
-    ]:
-        """Index rows (batch_id, client_id, status, done, total, ...), oldest first."""
+    def archive(self, batch: BatchRecord) -> None:
+        """Move an emitted batch out of the index: append to the archive first, then drop
+        its row and ledger entries in one write (idempotent; readers dedupe)."""
+        with self._index_change() as data:
+            if not any(r["batch_id"] == batch.batch_id for r in data["batches"].values()):
+                return  # archived already (a re-emit)
+            entries = {k: e for k, e in data["ledger"].items()
+                       if e.get("batch_id") == batch.batch_id}
+            _append_lines(self.archive_dir / "ledger.jsonl", list(entries.values()))
+            _append_lines(self.archive_dir / "batches.jsonl", [_summary(batch)])
+            data["batches"] = {k: r for k, r in data["batches"].items()
+                               if r["batch_id"] != batch.batch_id}
+            data["ledger"] = {k: e for k, e in data["ledger"].items() if k not in entries}
+
+    def _archived(self, kind: str) -> list[dict[str, Any]]:
+        path = self.archive_dir / f"{kind}.jsonl"
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        rows = []
+        for line in lines:
+            with contextlib.suppress(ValueError):  # a line cut short by a crash mid-append
+                rows.append(json.loads(line))
+        return rows
+
+    def list_batches(self, where: Callable[[dict[str, Any]], bool] | None = None, *,
+                     live_only: bool = False) -> list[dict[str, Any]]:
+        """Summary rows (batch_id, client_id, status, done, total, ...), oldest first.
+
+        `live_only` reads only the index (batches not yet emitted): its cost does not grow
+        with the history, which the archive does.
+        """
         with self._index() as db:
-            rows = db.table("batches").all()
-        chosen = [dict(r) for r in rows if where is None or where(r)]
+            rows = {r["batch_id"]: dict(r) for r in db.table("batches").all()}
+        if not live_only:
+            for row in self._archived("batches"):
+                rows.setdefault(row["batch_id"], row)
+        chosen = [r for r in rows.values() if where is None or where(r)]
         return sorted(chosen, key=lambda r: str(r["batch_id"]))
 
     def find_batch(self, client_id: str, *, sha256: str | None = None,
                    batch_ref: str | None = None) -> str | None:
         """The id of an earlier batch of this client with the same bytes or batch_ref."""
+        for key in _keys(sha256, batch_ref):
+            path = self.keys_dir / client_id / key
+            with contextlib.suppress(FileNotFoundError):
+                return path.read_text(encoding="utf-8").strip()
 
         def same(row: dict[str, Any]) -> bool:
-            if row["client_id"] != client_id:
-                return False
-            return bool((sha256 and row.get("sha256") == sha256)
-                        or (batch_ref and row.get("batch_ref") == batch_ref))
+            return row["client_id"] == client_id and bool(
+                (sha256 and row.get("sha256") == sha256)
+                or (batch_ref and row.get("batch_ref") == batch_ref))
 
-        found = self.list_batches(same)
+        found = self.list_batches(same, live_only=True)  # a crash before the keys were written
         return str(found[0]["batch_id"]) if found else None
 
+    def _write_keys(self, batch: BatchRecord) -> None:
+        for key in _keys(batch.sha256, batch.batch_ref):
+            write_atomically(self.keys_dir / batch.client_id / key, batch.batch_id)
 
 _SUMMARY_FIELDS = (
     "batch_id", "client_id", "batch_ref", "status", "total", "done", "repo", "sha256",
@@ -272,6 +330,28 @@ _SUMMARY_FIELDS = (
 def _summary(batch: BatchRecord) -> dict[str, Any]:
     data = _dump(batch)
     return {key: data[key] for key in _SUMMARY_FIELDS}
+
+
+def _keys(sha256: str | None, batch_ref: str | None) -> list[str]:
+    return ([f"sha256-{sha256}"] if sha256 else []) + ([f"ref-{batch_ref}"] if batch_ref else [])
+
+
+def _write_table(path: Path, table: str, docs: list[dict[str, Any]]) -> None:
+    """A whole TinyDB file of one table in one atomic write."""
+    AtomicJSONStorage(str(path)).write({table: {str(i): d for i, d in enumerate(docs, 1)}})
+
+
+def _append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
+    if not docs:
+        return
+    with path.open("a+", encoding="utf-8") as handle:
+        if handle.tell() > 0:
+            handle.seek(handle.tell() - 1)
+            if handle.read(1) != "\n":  # finish a line a crash cut short
+                handle.write("\n")
+        handle.write("".join(json.dumps(d, separators=(",", ":")) + "\n" for d in docs))
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _insert(table: dict[str, Any], doc: dict[str, Any]) -> None:

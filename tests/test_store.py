@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,16 +11,21 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tasks
 
 from dropbox_eval.billing import Billing
 from dropbox_eval.errors import StoreError
-from dropbox_eval.store import Store
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import App
+from dropbox_eval.store import Store, _append_lines
 
 FUND_SCRIPT = """
 import sys
 from pathlib import Path
 from dropbox_eval.billing import Billing
-from dropbox_eval.store import Store
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import App
+from dropbox_eval.store import Store, _append_lines
 billing = Billing(Store(Path(sys.argv[1])), 1)
 for _ in range(int(sys.argv[2])):
     billing.fund("acme", 1)
@@ -65,3 +71,34 @@ def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
     Store(tmp_path)
     assert not stale.exists()
     assert live.exists()
+
+
+def test_emitted_batches_leave_the_index_but_stay_visible(app: App, forge: SandboxForge,
+                                                          funded: str) -> None:
+    first = app.intake.submit_batch(funded, tasks(2), batch_ref="one")["batch_id"]
+    owner, name = app.store.get_batch(first).repo.split("/")
+    for issue in forge.issues(owner, name):
+        forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    app.intake.poll_completed(first)
+    app.intake.emit(first)
+    index = json.loads((app.settings.state_path / "index.json").read_text())
+    assert index["batches"] == {}
+    assert [e["kind"] for e in index["ledger"].values()] == ["fund"]
+    assert [r["status"] for r in app.store.list_batches()] == ["emitted"]
+    assert app.store.list_batches(live_only=True) == []
+    kinds = [e.kind for e in app.store.ledger(funded)]
+    assert kinds == ["fund", "hold", "charge", "release"]
+    again = app.intake.submit_batch(funded, tasks(1), batch_ref="one")
+    assert again["batch_id"] == first and again["duplicate"] is True
+    app.intake.emit(first, force=True)  # re-emit: archived once, not twice
+    assert len(app.store.list_batches()) == 1
+    assert len(app.store.ledger(funded)) == 4
+
+
+def test_archive_survives_a_line_cut_short(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    ledger = tmp_path / "archive" / "ledger.jsonl"
+    ledger.write_text('{"entry_id": "a", "client_id": "x"')  # a crash mid-append
+    assert store._archived("ledger") == []
+    _append_lines(ledger, [{"entry_id": "b", "client_id": "x"}])
+    assert [e["entry_id"] for e in store._archived("ledger")] == ["b"]
