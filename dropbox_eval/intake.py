@@ -109,7 +109,7 @@ class EvalIntake:
         numbers: dict[str, int] | None = None
         try:
             if self._gitea is not None:  # without a forge, the service creates them later
-                numbers, _ = self._open(record, tasks)
+                numbers, _ = self._open(record, tasks, fresh=not duplicate)
         except ForgeError as exc:
             log.warning("batch %s: issue creation interrupted, will resume: %s",
                         record.batch_id, exc)
@@ -197,10 +197,11 @@ class EvalIntake:
         """
         return len(self._open(self.store.get_batch(batch_id), [])[1])
 
-    def _open(self, batch: BatchRecord,
-              tasks: list[TaskRecord]) -> tuple[dict[str, int] | None, dict[str, int]]:
+    def _open(self, batch: BatchRecord, tasks: list[TaskRecord], *,
+              fresh: bool = False) -> tuple[dict[str, int] | None, dict[str, int]]:
         """(issue number of every task that has one, the ones created now); (None, {}) when
-        there was nothing to do. `tasks` may be given to save reading them."""
+        there was nothing to do. `tasks` may be given to save reading them; `fresh` means
+        the batch was recorded just now, so no earlier attempt can have created issues."""
         if batch.intake_done or batch.status != "running":
             return None, {}
         tasks = tasks or self.store.get_tasks(batch.batch_id)
@@ -211,12 +212,10 @@ class EvalIntake:
             gitea = self.gitea
             gitea.ensure_repo(batch.repo)
             label_id = gitea.ensure_label(batch.repo, self.settings.task_label, LABEL_COLOR)
-            if batch.intake_started:
+            if not fresh:  # an earlier attempt may have created some before it stopped
                 adopted = self._adopt_existing(batch, pending)
                 numbers.update(adopted)
                 pending = [t for t in pending if t.task_id not in adopted]
-            else:
-                self.store.update_batch(batch.batch_id, intake_started=True)
             created = self._create_all(batch, pending, label_id)
             numbers.update(created)
             log.info("batch %s: created %d issues in %s", batch.batch_id, len(created),
@@ -361,16 +360,16 @@ class EvalIntake:
     def _refresh_progress(self, batch: BatchRecord, tasks: list[TaskRecord],
                           polled_at: datetime) -> BatchRecord:
         done = sum(1 for t in tasks if t.status in FINISHED_TASK_STATUSES)
+        if done == len(tasks):
+            log.info("batch %s: all %d tasks finished", batch.batch_id, done)
+            return self._close(batch, tasks, "completed", polled_at)
         fields: dict[str, Any] = {"last_polled_at": polled_at}
         if done != batch.done:
             fields["done"] = done  # the index row is rewritten only when progress moved
-        batch = self.store.update_batch(batch.batch_id, **fields)
-        if done == len(tasks):
-            log.info("batch %s: all %d tasks finished", batch.batch_id, done)
-            batch = self._close(batch, tasks, "completed")
-        return batch
+        return self.store.update_batch(batch.batch_id, **fields)
 
-    def _close(self, batch: BatchRecord, tasks: list[TaskRecord], status: str) -> BatchRecord:
+    def _close(self, batch: BatchRecord, tasks: list[TaskRecord], status: str,
+               polled_at: datetime | None = None) -> BatchRecord:
         """End a batch: charge finished tasks, release the hold, set the final status."""
         finished = sum(1 for t in tasks if t.status in LANE_FINISHED)
         charged = finished * batch.unit_price
@@ -378,8 +377,13 @@ class EvalIntake:
         self.store.settle(entries)
         log.info("batch %s: %s; charged %d, released %d", batch.batch_id, status, charged,
                  batch.cost - charged)
-        return self.store.update_batch(batch.batch_id, status=status, completed_at=utcnow(),
-                                       charged=charged, done=len(tasks))
+        final = batch.model_copy(update={"status": status, "completed_at": utcnow(),
+                                         "charged": charged, "done": len(tasks)})
+        # the report is fixed now, in the same write: every later emit sends these bytes
+        return self.store.update_batch(
+            batch.batch_id, status=status, completed_at=final.completed_at, charged=charged,
+            done=len(tasks), last_polled_at=polled_at or batch.last_polled_at,
+            report=build_report(final, tasks))
 
     # -- cancel and expire ---------------------------------------------------------------
 
@@ -414,7 +418,7 @@ class EvalIntake:
         batch = self.store.get_batch(batch_id)
         self.poll_completed(batch_id)  # keep what the lane already finished
         tasks = self.store.get_tasks(batch_id)
-        if batch.intake_started and any(t.status == "pending" for t in tasks):
+        if any(t.status == "pending" for t in tasks):
             self._adopt_existing(batch, [t for t in tasks if t.status == "pending"])
             tasks = self.store.get_tasks(batch_id)
         changes: dict[str, dict[str, Any]] = {}

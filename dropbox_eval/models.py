@@ -156,7 +156,6 @@ class BatchRecord(BaseModel):
     completed_at: datetime | None = None
     emitted_at: datetime | None = None
     last_polled_at: datetime | None = None
-    intake_started: bool = False
     intake_done: bool = False
     cancel_requested: bool = False
     delivery_attempts: int = 0

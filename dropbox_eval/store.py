@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
@@ -375,5 +376,9 @@ def _encode(value: Any) -> Any:
     return value
 
 
+_BATCH_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
 def _safe_id(batch_id: str) -> bool:
-    return bool(batch_id) and "/" not in batch_id and "\\" not in batch_id and ".." not in batch_id
+    """Only ids that can be file names here (anything else is simply not found)."""
+    return _BATCH_ID_RE.match(batch_id) is not None and ".." not in batch_id

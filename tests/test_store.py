@@ -14,7 +14,7 @@ import pytest
 from conftest import tasks
 
 from dropbox_eval.billing import Billing
-from dropbox_eval.errors import StoreError
+from dropbox_eval.errors import NotFoundError, StoreError
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import App
 from dropbox_eval.store import Store, _append_lines
@@ -102,3 +102,12 @@ def test_archive_survives_a_line_cut_short(tmp_path: Path) -> None:
     assert store._archived("ledger") == []
     _append_lines(ledger, [{"entry_id": "b", "client_id": "x"}])
     assert [e["entry_id"] for e in store._archived("ledger")] == ["b"]
+
+
+@pytest.mark.parametrize("batch_id", ["../index", "a/b", "x" * 300, "Ṱo ïnvoke", "", ".."])
+def test_unusable_batch_ids_are_simply_not_found(tmp_path: Path, batch_id: str) -> None:
+    store = Store(tmp_path)
+    with pytest.raises(NotFoundError):
+        store.get_batch(batch_id)
+    with pytest.raises(NotFoundError):
+        store.get_tasks(batch_id)
