@@ -6,11 +6,13 @@ moved, never rewritten.
 
 What the inbox survives (README "File protocol" and "Uploading safely"):
 
-- Readiness is judged on the file itself, never on events: a file is read once its identity,
-  size, mtime and ctime stayed unchanged for the quiet period, measured on our own monotonic
-  clock from when we first saw that state (so a file copied in with an old mtime waits like
-  any other and is never skipped as "old"). The last look before reading opens the file,
-  which makes NFS/SMB clients revalidate cached attributes.
+- Readiness is judged on the file itself: a file is read once its identity, size, mtime and
+  ctime stayed unchanged for the quiet period, measured on our own monotonic clock from when
+  we first saw that state (so a file copied in with an old mtime waits like any other and is
+  never skipped as "old"). The one event taken as proof is a rename into place from a
+  temporary or hidden name: that file is read at once if it is still the very file that was
+  moved. The last look before reading opens the file, which makes NFS/SMB clients
+  revalidate cached attributes.
 - Hostile entries: a symlink is refused and moved aside without following it; a FIFO,
   socket, device or directory named `*.json` is skipped without being opened for reading
   in a blocking way; a symlinked client folder or outcome folder is never entered or
@@ -117,22 +119,58 @@ class _Seen:
 class ReadinessTracker:
     """A file is ready when its signature stayed unchanged for the quiet period.
 
-    Watchdog events and rescans only `touch` paths; an event is a wake-up, never proof of
-    completeness (an interrupted upload closes its file too). The clock is monotonic and
+    Watchdog events and rescans only `touch` paths; such an event is a wake-up, never proof
+    of completeness (an interrupted upload closes its file too). The clock is monotonic and
     starts when we first see a signature, so neither an old mtime (cp -p, rsync -t, a file
     moved in from elsewhere) nor a clock step can make a file look ready early.
+
+    The one exception is `renamed`: a rename within the inbox from a temporary or hidden name
+    (`x.json.part`, `.x.json.AbC123`) to a candidate name is atomic, and an interrupted upload
+    never renames, so that file is ready at the next look without the quiet period - as long
+    as it is still a regular file with the signature (inode, size, mtime, ctime) it had right
+    after the rename. Any other event on the path (`changed`) withdraws that, and so does any
+    difference in the signature: the file then waits the quiet period like any other.
     """
 
     def __init__(self, quiet_period: float) -> None:
         self.quiet_period = quiet_period
         self._seen: dict[Path, _Seen | None] = {}
+        self._renamed: dict[Path, Signature] = {}
+        self._events: dict[Path, int] = {}  # per touch; one during a check keeps the path
         self._ignored: dict[Path, tuple[int, int]] = {}
         self._lock = threading.Lock()
 
     def touch(self, path: Path) -> None:
         """Remember a path to check (thread-safe; called from the observer thread)."""
         with self._lock:
-            self._seen.setdefault(path, None)
+            self._touch(path)
+
+    def changed(self, path: Path) -> None:
+        """An event other than a rename into place: check the path, with the quiet period."""
+        with self._lock:
+            self._renamed.pop(path, None)
+            self._touch(path)
+
+    def renamed(self, path: Path) -> None:
+        """A rename from a temporary or hidden name put `path` in place: complete at once.
+
+        Called from the observer thread as the move event arrives; the signature seen now is
+        the one the file must still have when it is read.
+        """
+        try:
+            info = path.lstat()
+        except OSError:
+            info = None
+        with self._lock:
+            if info is not None and stat.S_ISREG(info.st_mode):
+                self._renamed[path] = signature(info)
+            else:
+                self._renamed.pop(path, None)
+            self._touch(path)
+
+    def _touch(self, path: Path) -> None:
+        self._seen.setdefault(path, None)
+        self._events[path] = self._events.get(path, 0) + 1
 
     def pending(self) -> int:
         """How many paths are being watched for readiness."""
@@ -145,21 +183,29 @@ class ReadinessTracker:
         A yielded path is no longer tracked; vanished and non-regular paths are dropped
         (an event or the next rescan brings them back). Checking lazily means a file that a
         writer resumed while earlier files were being processed is not read half-written.
+        A path touched again while it was being checked stays tracked for another look.
         """
         with self._lock:
             paths = sorted(self._seen)
         for path in paths:
             moment = time.monotonic() if now is None else now
+            with self._lock:
+                events = self._events.get(path)
             verdict = self._check(path, moment)
             if verdict is None:
                 continue
             with self._lock:
-                self._seen.pop(path, None)
+                if self._events.get(path) == events:
+                    self._seen.pop(path, None)
+                    self._events.pop(path, None)
+                    self._renamed.pop(path, None)
             if verdict:
                 yield path
 
     def _check(self, path: Path, moment: float) -> bool | None:
         """True = ready, False = forget it, None = keep waiting."""
+        with self._lock:
+            moved = self._renamed.pop(path, None)
         try:
             info = path.lstat()
         except OSError:
@@ -170,6 +216,8 @@ class ReadinessTracker:
             self._note_ignored(path, info)
             return False
         current = signature(info)
+        if moved is not None and moved == current and _fresh_signature(path) == current:
+            return True  # the very file a rename put in place, untouched since: complete
         with self._lock:
             seen = self._seen.get(path)
             if seen is None or seen.signature != current:

@@ -126,6 +126,7 @@ class Service:
 
     def _run_forever(self) -> None:
         watcher = InboxWatcher(self.app.inbox.root, self._offer, self.wake,
+                               on_renamed=lambda path: self._offer(path, renamed=True),
                                polling=self.polling)
         watcher.start()
         try:
@@ -148,10 +149,18 @@ class Service:
 
     # -- steps --------------------------------------------------------------------------
 
-    def _offer(self, path: Path) -> None:
-        """Called from the observer thread for every event path: keep inbox candidates only."""
-        if is_candidate_name(self.app.inbox.root, path):
-            self.tracker.touch(path)
+    def _offer(self, path: Path, *, renamed: bool = False) -> None:
+        """Called from the observer thread for every event path: keep inbox candidates only.
+
+        `renamed`: the watcher saw a rename into place from a temporary or hidden name, so the
+        file is complete and is read at the next look, without the quiet period.
+        """
+        if not is_candidate_name(self.app.inbox.root, path):
+            return
+        if renamed:
+            self.tracker.renamed(path)
+        else:
+            self.tracker.changed(path)
 
     def _rescan(self) -> None:
         for path in self.app.inbox.scan():

@@ -2,7 +2,17 @@
 
 Events are hints, never proof that a file is complete (the tracker decides that), and they
 can be lost (inotify queue overflow, network shares that deliver none): the service also
-rescans periodically. Two things make the watcher itself robust:
+rescans periodically. One event is more than a hint: a move within the inbox from a name
+that is not a candidate (`x.json.part`, `.x.json.AbC123`, `accepted/x.json`) to a candidate
+name is an atomic rename into place, and an interrupted upload never renames, so it is
+handed to `on_renamed` and the file is read without waiting for the quiet period. A rename
+done as link + unlink (OpenSSH's server for WinSCP), a move in from outside the inbox (a
+created event), a move between two candidate names and a move reported by watchdog for a
+file inside a renamed folder (synthetic) are ordinary events. So are all moves reported by
+the polling observer: it infers a move from an inode number seen under a new name in the
+next listing, and a temporary file deleted and an unrelated file written in place under a
+candidate name can share a reused inode within one poll; only inotify's rename events are
+exact. Two things make the watcher itself robust:
 
 - Only changes are subscribed to (created, modified, attributes, moved, closed-after-write),
   so the service's own reads do not echo back as events.
@@ -24,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from watchdog.events import (
+    EVENT_TYPE_MOVED,
     FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
@@ -36,7 +47,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
-from .inbox import OUTCOME_DIRS, candidates
+from .inbox import OUTCOME_DIRS, candidates, is_candidate_name
 
 log = logging.getLogger("dropbox_eval")
 
@@ -47,27 +58,49 @@ SUPERVISE_SECONDS = 1.0
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, on_path: Callable[[Path], None], wake: threading.Event) -> None:
+    def __init__(self, root: Path, on_path: Callable[[Path], None], wake: threading.Event,
+                 on_renamed: Callable[[Path], None] | None = None) -> None:
+        self.root = root
         self.on_path = on_path
         self.wake = wake
+        self.on_renamed = on_renamed
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory:
             return
-        for raw in (getattr(event, "dest_path", ""), event.src_path):
-            if raw:
-                self.on_path(Path(os.fsdecode(raw)))
+        src = os.fsdecode(event.src_path)
+        dest = os.fsdecode(getattr(event, "dest_path", ""))
+        if self.on_renamed is not None and self._renamed_into_place(event, src, dest):
+            self.on_renamed(Path(dest))
+        else:
+            for raw in (dest, src):
+                if raw:
+                    self.on_path(Path(raw))
         self.wake.set()
+
+    def _renamed_into_place(self, event: FileSystemEvent, src: str, dest: str) -> bool:
+        """A real rename within the inbox from a non-candidate name to a candidate name."""
+        if event.event_type != EVENT_TYPE_MOVED or event.is_synthetic or not (src and dest):
+            return False
+        source = Path(src)
+        return (source.is_relative_to(self.root) and source != self.root
+                and not is_candidate_name(self.root, source)
+                and is_candidate_name(self.root, Path(dest)))
 
 
 class InboxWatcher:
     """Runs a (polling, for network shares) observer over the inbox, recursively."""
 
     def __init__(self, root: Path, on_path: Callable[[Path], None], wake: threading.Event,
-                 *, polling: bool = False, poll_seconds: float = 1.0,
+                 *, on_renamed: Callable[[Path], None] | None = None, polling: bool = False,
+                 poll_seconds: float = 1.0,
                  supervise_seconds: float = SUPERVISE_SECONDS) -> None:
+        """`on_path` gets every path an event names (a wake-up); `on_renamed`, if given, gets
+        the destination of a rename into place instead (inotify only, see the module
+        docstring)."""
         self.root = root
         self.on_path = on_path
+        self.on_renamed = on_renamed
         self.wake = wake
         self.polling = polling
         self.poll_seconds = poll_seconds
@@ -111,8 +144,9 @@ class InboxWatcher:
         else:
             observer = Observer()
         observer.daemon = True
-        observer.schedule(_Handler(self.on_path, self.wake), str(self.root), recursive=True,
-                          event_filter=WATCHED_EVENTS)
+        on_renamed = None if self.polling else self.on_renamed  # polled moves are guesses
+        handler = _Handler(self.root, self.on_path, self.wake, on_renamed)
+        observer.schedule(handler, str(self.root), recursive=True, event_filter=WATCHED_EVENTS)
         return observer
 
     def _supervise(self) -> None:

@@ -32,11 +32,13 @@ from typing import Any
 
 import pytest
 from conftest import read_json, tasks, wait_for
+from watchdog.events import FileCreatedEvent, FileModifiedEvent, FileMovedEvent
 
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.inbox import ReadinessTracker, is_candidate_name
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import App, Service, build_app
+from dropbox_eval.watcher import _Handler
 
 QUIET = 0.3
 OLD = 978_307_200  # 2001-01-01: the mtime of a file copied with cp -p / rsync -t
@@ -280,6 +282,127 @@ def test_inbox_folder_replaced_while_running_is_watched_again(
         inbox.mkdir()
         (inbox / "after.json").write_bytes(batch())
         assert wait_for(lambda: outcome(inbox / "after.json") == "accepted", 10)
+
+
+# -- a rename into place is complete at once; everything else waits the quiet period ------
+
+RENAME_QUIET = 5.0  # long enough that "read at once" and "waited" cannot be confused
+
+
+def _accepted_times(paths: list[Path], timeout: float) -> dict[Path, float]:
+    """Monotonic time at which each path was first seen accepted (only those that were)."""
+    seen: dict[Path, float] = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < len(paths) and time.monotonic() < deadline:
+        for path in paths:
+            if path not in seen and outcome(path) == "accepted":
+                seen[path] = time.monotonic()
+        time.sleep(0.01)
+    return seen
+
+
+def test_a_rename_from_a_temporary_name_is_read_without_the_quiet_period(
+        tmp_path: Path, forge: SandboxForge) -> None:
+    """`x.json.part` -> `x.json` (and rsync's hidden name, WinSCP's `.filepart` on a server
+    that renames): a rename is atomic and an interrupted upload never renames, so the file
+    is complete at once. Quiet period 5 s; each is accepted well within 2 s."""
+    app = build_app(_settings(tmp_path / "home", forge, quiet_period=RENAME_QUIET))
+    app.billing.add_client("acme", 100)
+    inbox = app.inbox.root
+    (inbox / "acme").mkdir()
+    temporaries = {inbox / "acme" / "part.json": "part.json.part",
+                   inbox / "acme" / "rsync.json": ".rsync.json.AbC123",
+                   inbox / "acme" / "winscp.json": "winscp.json.filepart",
+                   inbox / "top.json": "top.json.part"}
+    took: dict[str, float] = {}
+    with running(app) as service:
+        for final, temporary in temporaries.items():
+            client = None if final.parent.name == "acme" else "acme"
+            temp = final.with_name(temporary)
+            sftp_in_place(temp, batch(client, 2, batch_ref=final.stem), chunks=3, seconds=0.3)
+            started = time.monotonic()
+            os.rename(temp, final)
+            accepted = _accepted_times([final], 2.0)
+            assert final in accepted, f"{final.name} not accepted within 2 s"
+            took[final.name] = accepted[final] - started
+        assert service.status.get("last_error") is None
+    print("renamed into place, accepted after: " + ", ".join(
+        f"{name} {seconds * 1000:.0f} ms" for name, seconds in took.items()))
+    assert len(app.store.list_batches()) == len(temporaries)
+    assert issue_posts(forge) == 2 * len(temporaries)
+
+
+@pytest.mark.parametrize("polling", [False, True], ids=["inotify", "polling"])
+def test_files_not_renamed_into_place_wait_for_the_quiet_period(
+        tmp_path: Path, forge: SandboxForge, polling: bool) -> None:
+    """Written in place under the final name, a WinSCP `.filepart` hard-linked to its final
+    name then unlinked (OpenSSH's server: created + deleted, no move event), moved in from
+    outside the inbox (a created event) or from another candidate name: none is read before
+    the quiet period has passed since it appeared under its name. With the polling observer
+    a rename from a temporary name waits too (a polled "move" is a guess from inode
+    numbers)."""
+    app = build_app(_settings(tmp_path / "home", forge, quiet_period=RENAME_QUIET))
+    app.billing.add_client("acme", 100)
+    inbox = app.inbox.root
+    folder = inbox / "acme"
+    folder.mkdir()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    appeared: dict[Path, float] = {}
+
+    def in_place(path: Path) -> None:
+        appeared[path] = time.monotonic()
+        sftp_in_place(path, batch(None, 1, batch_ref=path.stem), chunks=3, seconds=0.3)
+
+    def link_then_unlink(path: Path) -> None:
+        part = path.with_name(path.name + ".filepart")
+        part.write_bytes(batch(None, 1, batch_ref=path.stem))
+        appeared[path] = time.monotonic()
+        os.link(part, path)
+        time.sleep(0.05)
+        os.unlink(part)
+
+    def from_outside(path: Path) -> None:
+        source = staging / path.name
+        source.write_bytes(batch(None, 1, batch_ref=path.stem))
+        appeared[path] = time.monotonic()
+        os.rename(source, path)
+
+    def from_a_candidate(path: Path) -> None:
+        draft = path.with_name(f"draft-{path.name}")
+        draft.write_bytes(batch(None, 1, batch_ref=path.stem))
+        appeared[path] = time.monotonic()
+        os.rename(draft, path)
+
+    def from_a_temporary(path: Path) -> None:
+        part = path.with_name(path.name + ".part")
+        part.write_bytes(batch(None, 1, batch_ref=path.stem))
+        time.sleep(1.5)  # seen under its temporary name by a poll first: a polled move
+        appeared[path] = time.monotonic()
+        os.rename(part, path)
+
+    uploads: dict[str, Callable[[Path], None]] = {
+        "in-place.json": in_place, "winscp-link.json": link_then_unlink,
+        "moved-in.json": from_outside, "renamed.json": from_a_candidate}
+    if polling:
+        uploads["polled-rename.json"] = from_a_temporary
+    paths = [folder / name for name in uploads]
+    with running(app, polling=polling) as service:
+        for path, upload in zip(paths, uploads.values(), strict=True):
+            upload(path)
+        done = time.monotonic()
+        time.sleep(max(0.0, done + 1.0 - time.monotonic()))
+        assert {p.name: outcome(p) for p in paths} == dict.fromkeys(uploads), "read early"
+        assert all(p.exists() for p in paths)
+        accepted = _accepted_times(paths, RENAME_QUIET + 15)
+        assert sorted(p.name for p in accepted) == sorted(uploads)
+        assert service.status.get("last_error") is None
+    waited = {p.name: accepted[p] - appeared[p] for p in paths}
+    print("accepted after: " + ", ".join(f"{n} {s:.2f} s" for n, s in waited.items()))
+    for name, seconds in waited.items():
+        assert seconds >= RENAME_QUIET, (name, seconds)
+    assert filed(folder, "rejected") == []
+    assert len(app.store.list_batches()) == len(uploads)
 
 
 # -- hostile files ---------------------------------------------------------------------------
@@ -528,6 +651,67 @@ def test_readiness_restarts_on_link_and_unlink(tmp_path: Path) -> None:
     part.unlink()
     assert list(tracker.ready(now=11.5)) == []  # ctime changed: clock restarted at 11.5
     assert list(tracker.ready(now=12.5)) == [final]
+
+
+def test_a_file_renamed_into_place_is_ready_at_once_unless_it_changes(tmp_path: Path) -> None:
+    tracker = ReadinessTracker(quiet_period=5.0)
+    untouched = tmp_path / "untouched.json"
+    untouched.write_bytes(b"{}")
+    tracker.renamed(untouched)
+    assert list(tracker.ready(now=10.0)) == [untouched]
+    assert tracker.pending() == 0
+
+    appended = tmp_path / "appended.json"  # written to after the rename: not proof any more
+    appended.write_bytes(b"{")
+    tracker.renamed(appended)
+    with appended.open("ab") as handle:
+        handle.write(b"}")
+    replaced = tmp_path / "replaced.json"  # another inode under the name since the rename
+    replaced.write_bytes(b"{}")
+    tracker.renamed(replaced)
+    (tmp_path / "other").write_bytes(b"{}")
+    os.replace(tmp_path / "other", replaced)
+    evented = tmp_path / "evented.json"  # another event on the path withdraws the proof
+    evented.write_bytes(b"{}")
+    tracker.renamed(evented)
+    tracker.changed(evented)
+    fifo = tmp_path / "fifo.json"  # not a regular file: never proof
+    os.mkfifo(fifo)
+    tracker.renamed(fifo)
+    tracker.renamed(tmp_path / "gone.json")  # vanished before the event was handled
+
+    assert list(tracker.ready(now=20.0)) == []
+    assert tracker.pending() == 3
+    assert list(tracker.ready(now=24.9)) == []
+    assert sorted(tracker.ready(now=25.0)) == [appended, evented, replaced]
+
+
+def test_which_moves_count_as_a_rename_into_place(tmp_path: Path) -> None:
+    root = tmp_path
+    renamed: list[Path] = []
+    offered: list[Path] = []
+    wake = threading.Event()
+    handler = _Handler(root, offered.append, wake, renamed.append)
+    final = str(root / "acme" / "x.json")
+    complete = [FileMovedEvent(str(root / "acme" / "x.json.part"), final),
+                FileMovedEvent(str(root / "acme" / ".x.json.AbC123"), final),
+                FileMovedEvent(str(root / "acme" / "x.json.filepart"), final),
+                FileMovedEvent(str(root / "acme" / "accepted" / "x.json"), final)]
+    for moved in complete:
+        handler.dispatch(moved)
+    assert renamed == [Path(final)] * len(complete) and offered == [] and wake.is_set()
+    renamed.clear()
+    ordinary = [FileCreatedEvent(final),  # moved in from outside, or link(2)
+                FileModifiedEvent(final),
+                FileMovedEvent(str(root / "acme" / "draft.json"), final),  # candidate -> candidate
+                FileMovedEvent(str(tmp_path.parent / "elsewhere.part"), final),
+                FileMovedEvent("", final),  # an unpaired move-to (full events)
+                FileMovedEvent(str(root / ".d" / "x.json"), final, is_synthetic=True),
+                FileMovedEvent(final, str(root / "acme" / "x.json.bak"))]
+    for event in ordinary:
+        handler.dispatch(event)
+    assert renamed == []
+    assert Path(final) in offered and len(offered) >= len(ordinary)
 
 
 # -- a file made unreadable: the real CLI in a process that truly cannot read it ------------
