@@ -7,6 +7,8 @@ answers 404, exactly like a batch that does not exist.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
@@ -16,7 +18,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 
 from . import __version__
-from .errors import BatchRejected, DeliveryError, DropboxEvalError, ForgeError, NotFoundError
+from .errors import (
+    BatchRejected,
+    ConfigError,
+    DeliveryError,
+    DropboxEvalError,
+    ForgeError,
+    NotFoundError,
+)
 from .intake import rejection_from_validation
 from .models import BatchFile, BatchRecord, Client
 from .report import status_counts
@@ -103,9 +112,13 @@ def create_api(app: App) -> FastAPI:
     @api.post("/api/eval/batches", status_code=201, responses=problems)
     def submit(document: dict[str, Any], client: Caller, response: Response) -> dict[str, Any]:
         """Submit a batch (same validation and funded check as the inbox)."""
+        # the same body again is the same batch (a client retrying a timed-out POST)
+        sha256 = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
         try:
             batch = BatchFile.model_validate(document)
-            result = app.intake.accept(batch, client.client_id, source="api")
+            result = app.intake.accept(batch, client.client_id, source="api", sha256=sha256)
+        except ConfigError as exc:
+            raise ApiProblem(503, "not_configured", str(exc)) from exc
         except ValidationError as exc:
             raise ApiProblem.rejected(rejection_from_validation(exc)) from exc
         except BatchRejected as exc:

@@ -13,7 +13,7 @@ import hashlib
 import secrets
 
 from .errors import BatchRejected, DropboxEvalError, NotFoundError
-from .models import Client, LedgerEntry, LedgerKind, utcnow
+from .models import ID_PATTERN, Client, LedgerEntry, LedgerKind, is_valid_id, utcnow
 from .store import Store
 
 LANE_FINISHED = frozenset({"passed", "failed", "closed"})
@@ -40,6 +40,9 @@ class Billing:
 
     def add_client(self, client_id: str, credits: int = 0) -> Client:
         """Create a client (with a webhook secret), optionally funded; raises if it exists."""
+        if not is_valid_id(client_id):
+            raise DropboxEvalError(f"client id {client_id!r} must match {ID_PATTERN} (it names "
+                                   "the client's inbox folder)")
         with self.store.locked():
             if self.store.get_client(client_id) is not None:
                 raise DropboxEvalError(f"client {client_id!r} already exists")
@@ -122,28 +125,20 @@ class Billing:
 
     def settlement(self, client_id: str, batch_id: str, hold: int,
                    charged: int) -> list[LedgerEntry]:
-        """Charge for finished tasks, release the whole hold (entries chained in order)."""
-        client = self.client(client_id)
-        balance, held = client.balance, client.held
-        entries = []
+        """Charge for finished tasks, release the whole hold."""
         steps: tuple[tuple[LedgerKind, int, int], ...] = (
             ("charge", -charged, 0), ("release", 0, -hold))
-        for kind, amount, held_change in steps:
-            if amount == 0 and held_change == 0:
-                continue
-            balance, held = balance + amount, held + held_change
-            entries.append(LedgerEntry(
-                client_id=client_id, kind=kind, amount=amount, held_change=held_change,
-                balance_after=balance, held_after=held, batch_id=batch_id, at=utcnow()))
-        return entries
+        return [self._entry(client_id, kind, amount, held_change, batch_id=batch_id)
+                for kind, amount, held_change in steps if amount or held_change]
 
     def _post(self, client_id: str, kind: LedgerKind, amount: int, note: str = "") -> None:
         self.store.post_ledger(self._entry(client_id, kind, amount, 0, note=note))
 
-    def _entry(self, client_id: str, kind: LedgerKind, amount: int, held_change: int,
+    @staticmethod
+    def _entry(client_id: str, kind: LedgerKind, amount: int, held_change: int,
                batch_id: str | None = None, note: str = "") -> LedgerEntry:
-        client = self.client(client_id)
+        """A movement; the store fills in the balance and held amount after it, from the
+        client as it is when the entry is posted under the lock."""
         return LedgerEntry(client_id=client_id, kind=kind, amount=amount,
-                           held_change=held_change, balance_after=client.balance + amount,
-                           held_after=client.held + held_change, batch_id=batch_id,
-                           note=note, at=utcnow())
+                           held_change=held_change, balance_after=0, held_after=0,
+                           batch_id=batch_id, note=note, at=utcnow())

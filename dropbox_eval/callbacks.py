@@ -21,10 +21,18 @@ METADATA_ADDRESSES = frozenset(
 )
 
 
+def _embedded_ipv4(address: IPAddress) -> IPAddress:
+    """The IPv4 address inside an IPv4-mapped, 6to4 or Teredo IPv6 address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        teredo = address.teredo
+        for inner in (address.ipv4_mapped, address.sixtofour, teredo[1] if teredo else None):
+            if inner is not None:
+                return inner
+    return address
+
+
 def _why_refused(address: IPAddress) -> str | None:
-    mapped = getattr(address, "ipv4_mapped", None)
-    if mapped is not None:
-        address = mapped
+    address = _embedded_ipv4(address)
     if address in METADATA_ADDRESSES:
         return "a cloud metadata address"
     for attribute, words in (("is_loopback", "a loopback address"),
@@ -35,6 +43,8 @@ def _why_refused(address: IPAddress) -> str | None:
                              ("is_reserved", "a reserved address")):
         if getattr(address, attribute):
             return words
+    if not address.is_global:  # shared address space (100.64/10), documentation ranges...
+        return "not a public internet address"
     return None
 
 

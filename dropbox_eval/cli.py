@@ -198,8 +198,10 @@ def submit(obj: Context, file: Path, client_id: str | None, as_json: bool) -> No
     else:
         for key, value in outcome.document.items():
             click.echo(f"{key}: {value}")
-    if outcome.status != "accepted":
+    if outcome.status == "rejected":
         sys.exit(EXIT_REJECTED)
+    if outcome.status != "accepted":  # left in place (busy, unreadable): try again later
+        sys.exit(EXIT_FAILED)
 
 
 def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
@@ -278,12 +280,18 @@ def poll(obj: Context, batch_id: str | None, as_json: bool) -> None:
     with friendly_errors():
         app = obj.app()
         app.settings.require_forge()
-        ids = [batch_id] if batch_id else [
-            str(r["batch_id"]) for r in app.store.list_batches(lambda r: r["status"] == "running")]
-        finished = {}
-        for one in ids:
-            app.intake.open_issues(one)
-            finished[one] = app.intake.poll_completed(one, full=True)
+        rows = app.store.list_batches(
+            lambda r: r["status"] == "running" and batch_id in (None, r["batch_id"]),
+            live_only=True)
+        if batch_id and not rows:
+            app.store.get_batch(batch_id)  # unknown -> exit 3; finished -> nothing to poll
+        by_repo: dict[str, list[str]] = {}
+        for row in rows:
+            app.intake.open_issues(str(row["batch_id"]))
+            by_repo.setdefault(str(row["repo"]), []).append(str(row["batch_id"]))
+        finished: dict[str, list[str]] = {}
+        for repo_ids in by_repo.values():  # an explicit poll checks every issue
+            finished.update(app.intake.poll_batches(repo_ids, full=True, probe=False))
     if as_json:
         emit_json(finished)
     else:
@@ -346,8 +354,8 @@ def watch(obj: Context, batch_id: str, interval: float) -> None:
                 record = store.get_batch(batch_id)
                 progress.update(bar, completed=record.done,
                                 description=f"{batch_id} {record.status}")
-                if record.status == "emitted" or (
-                        record.status in ("cancelled", "expired") and record.emitted_at):
+                given_up = record.delivery_attempts and record.next_delivery_at is None
+                if record.emitted_at or (record.status != "running" and given_up):
                     break
                 time.sleep(interval)
     click.echo(f"{batch_id}: {record.status}, {record.done}/{record.total} done")

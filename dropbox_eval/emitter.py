@@ -93,7 +93,11 @@ class WebhookEmitter:
             "webhook-timestamp": str(int(now.timestamp())),
         }
         if secret:
-            headers["webhook-signature"] = Webhook(secret).sign(webhook_id, now, payload)
+            try:
+                headers["webhook-signature"] = Webhook(secret).sign(webhook_id, now, payload)
+            except Exception as exc:  # the library raises several types for a bad secret
+                raise DeliveryError(f"cannot sign with the webhook secret ({exc}); fix it "
+                                    "with `dropbox-eval clients rotate-secret`") from exc
         try:
             response = self.session.post(url, data=payload.encode(), headers=headers,
                                          timeout=self.timeout, allow_redirects=False)

@@ -45,7 +45,7 @@ from pydantic import ValidationError
 
 from .errors import BatchRejected, ForgeError, NotFoundError
 from .intake import EvalIntake, rejection_from_validation
-from .models import ID_PATTERN, BatchFile, utcnow
+from .models import BatchFile, is_valid_id, utcnow
 
 log = logging.getLogger("dropbox_eval")
 
@@ -453,7 +453,7 @@ class Inbox:
         if client_id is None:
             raise BatchRejected("missing_client_id", "client_id is required for files dropped "
                                 "at the top of the inbox", field="client_id")
-        if folder_client is not None and not _valid_id(folder_client):
+        if folder_client is not None and not is_valid_id(folder_client):
             raise BatchRejected("invalid_batch", f"folder name {folder_client!r} is not a "
                                 "valid client id", field="client_id")
         return batch, client_id
@@ -699,5 +699,4 @@ def _kind(mode: int) -> str:
     return kinds.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def _valid_id(value: str) -> bool:
-    return re.match(ID_PATTERN, value) is not None and ".." not in value
+

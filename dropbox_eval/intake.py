@@ -16,7 +16,14 @@ from .billing import LANE_FINISHED, Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
 from .emitter import Emitter
-from .errors import BatchRejected, DeliveryError, DropboxEvalError, ForgeError, ForgeNotFound
+from .errors import (
+    BatchRejected,
+    ConfigError,
+    DeliveryError,
+    DropboxEvalError,
+    ForgeError,
+    ForgeNotFound,
+)
 from .forge import ForgeIssue, GiteaClient
 from .models import (
     FINISHED_TASK_STATUSES,
@@ -33,6 +40,7 @@ from .report import build_report, read_result
 
 log = logging.getLogger("dropbox_eval")
 
+LEASE_WAIT_SECONDS = 120.0
 MARKER_RE = re.compile(r"<!-- dropbox-eval:task batch=(\S+) task=(\S+) -->")
 # `since` is taken from the forge's own clock (the Date of the previous listing), so one
 # second covers its whole-second precision; our clock is used only without a Date header.
@@ -184,8 +192,10 @@ class EvalIntake:
         """The shared repo, or `<owner>/eval-<client_id>-<batch_id>`."""
         if self.settings.repo:
             return self.settings.repo
-        owner = self.settings.owner or "eval"
-        return f"{owner}/eval-{client_id}-{batch_id}"
+        if not self.settings.owner:
+            raise ConfigError("SAAS_EVAL_OWNER is not set: name the user or org that owns "
+                              "eval repos (or set SAAS_EVAL_REPO=owner/name)")
+        return f"{self.settings.owner}/eval-{client_id}-{batch_id}"
 
     # -- issues -------------------------------------------------------------------------
 
@@ -202,8 +212,19 @@ class EvalIntake:
         """(issue number of every task that has one, the ones created now); (None, {}) when
         there was nothing to do. `tasks` may be given to save reading them; `fresh` means
         the batch was recorded just now, so no earlier attempt can have created issues."""
-        if batch.intake_done or batch.status != "running":
+        if batch.intake_done or batch.status != "running" or batch.cancel_requested:
             return None, {}
+        with self.store.intake_lease(batch.batch_id) as leased:
+            if not leased:  # another process is creating this batch's issues right now
+                return None, {}
+            return self._open_leased(batch, tasks, fresh)
+
+    def _open_leased(self, batch: BatchRecord, tasks: list[TaskRecord],
+                     fresh: bool) -> tuple[dict[str, int] | None, dict[str, int]]:
+        if not fresh:  # re-read: the lease holder before us may have stored progress
+            batch, tasks = self.store.get_batch(batch.batch_id), []
+            if batch.intake_done or batch.status != "running":
+                return None, {}
         tasks = tasks or self.store.get_tasks(batch.batch_id)
         numbers = {t.task_id: t.issue_number for t in tasks if t.issue_number is not None}
         pending = [t for t in tasks if t.issue_number is None and t.status == "pending"]
@@ -285,13 +306,15 @@ class EvalIntake:
         """Store results of issues the lane closed; open ones are skipped (seed API)."""
         return self.poll_batches([batch_id], full=full).get(batch_id, [])
 
-    def poll_batches(self, batch_ids: list[str], *, full: bool = False) -> dict[str, list[str]]:
+    def poll_batches(self, batch_ids: list[str], *, full: bool = False,
+                     probe: bool = True) -> dict[str, list[str]]:
         """Poll running batches that share one repo with a single paged listing.
 
         A normal poll asks only for issues closed since the oldest last poll (with an
         overlap for clock skew), so its requests depend on what changed, not on how many
         tasks are open; `full` lists every issue and checks the ones it cannot see one by
-        one, so a deleted issue finishes its task as `missing`. Returns finished task ids.
+        one, so a deleted issue finishes its task as `missing` (with `probe`, only when the
+        forge counts fewer open issues than the store expects). Returns finished task ids.
         """
         batches = [b for b in map(self.store.get_batch, batch_ids) if b.status == "running"]
         if not batches:
@@ -303,9 +326,10 @@ class EvalIntake:
         }
         started = utcnow() - LOCAL_CLOCK_MARGIN
         changes: dict[str, dict[str, dict[str, Any]]] = {b.batch_id: {} for b in batches}
+        unread: set[str] = set()  # batches with a result that could not be read this time
         if open_tasks:
             repo = batches[0].repo
-            if full:  # a listing of everything only when issues went missing
+            if full and probe:  # a listing of everything only when issues went missing
                 full = self.gitea.count_issues(repo, state="open", labels=self.settings.
                                                task_label) < len(open_tasks)
             polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
@@ -313,7 +337,8 @@ class EvalIntake:
             if not full and len(polled) == len(batches):
                 since = min(polled) - SINCE_OVERLAP
             self.gitea.listed_at = None
-            for (batch, task), change in self._collect_closed(repo, open_tasks, since, full):
+            for (batch, task), change in self._collect_closed(repo, open_tasks, since, full,
+                                                              unread):
                 changes[batch.batch_id][task.task_id] = change
             started = self.gitea.listed_at or started
         for batch in batches:
@@ -322,12 +347,13 @@ class EvalIntake:
             for task_id, change in finished.items():
                 log.info("batch %s: task %s finished as %s", batch.batch_id, task_id,
                          change["status"])
-            self._refresh_progress(batch, _applied(tasks[batch.batch_id], finished), started)
+            polled_at = batch.last_polled_at if batch.batch_id in unread else started
+            self._refresh_progress(batch, _applied(tasks[batch.batch_id], finished), polled_at)
         return {batch_id: list(finished) for batch_id, finished in changes.items()}
 
     def _collect_closed(
         self, repo: str, open_tasks: dict[int, tuple[BatchRecord, TaskRecord]],
-        since: datetime | None, full: bool,
+        since: datetime | None, full: bool, unread: set[str],
     ) -> Iterator[tuple[tuple[BatchRecord, TaskRecord], dict[str, Any]]]:
         seen: set[int] = set()
         for issue in self.gitea.iter_issues(repo, state="all" if full else "closed",
@@ -335,7 +361,12 @@ class EvalIntake:
             seen.add(issue.number)
             owner = open_tasks.get(issue.number)
             if owner is not None and issue.state == "closed":
-                yield owner, self._finish(repo, issue)
+                try:
+                    yield owner, self._finish(repo, issue)
+                except ForgeError as exc:
+                    log.warning("batch %s: result of issue #%d unreadable, retried next "
+                                "cycle: %s", owner[0].batch_id, issue.number, exc)
+                    unread.add(owner[0].batch_id)
         if full:
             for number, owner in open_tasks.items():
                 change = None if number in seen else self._check_unseen(repo, number)
@@ -358,7 +389,7 @@ class EvalIntake:
         return {"status": status, "result": result, "finished_at": issue.closed_at or utcnow()}
 
     def _refresh_progress(self, batch: BatchRecord, tasks: list[TaskRecord],
-                          polled_at: datetime) -> BatchRecord:
+                          polled_at: datetime | None) -> BatchRecord:
         done = sum(1 for t in tasks if t.status in FINISHED_TASK_STATUSES)
         if done == len(tasks):
             log.info("batch %s: all %d tasks finished", batch.batch_id, done)
@@ -370,20 +401,28 @@ class EvalIntake:
 
     def _close(self, batch: BatchRecord, tasks: list[TaskRecord], status: str,
                polled_at: datetime | None = None) -> BatchRecord:
-        """End a batch: charge finished tasks, release the hold, set the final status."""
-        finished = sum(1 for t in tasks if t.status in LANE_FINISHED)
-        charged = finished * batch.unit_price
-        entries = self.core.settlement(batch.client_id, batch.batch_id, batch.cost, charged)
-        self.store.settle(entries)
+        """End a running batch: charge finished tasks, release the hold, set the final
+        status and fix the report. Under the lock and only once: a batch another process
+        closed meanwhile is returned as it is."""
+        with self.store.locked():
+            current = self.store.get_batch(batch.batch_id)
+            if current.status != "running":
+                return current
+            finished = sum(1 for t in tasks if t.status in LANE_FINISHED)
+            charged = finished * current.unit_price
+            self.store.settle(self.core.settlement(current.client_id, current.batch_id,
+                                                   current.cost, charged))
+            final = current.model_copy(update={
+                "status": status, "completed_at": utcnow(), "charged": charged,
+                "done": len(tasks), "last_polled_at": polled_at or current.last_polled_at})
+            # the report is fixed in the same write: every later emit sends these bytes
+            closed = self.store.update_batch(
+                batch.batch_id, status=status, completed_at=final.completed_at,
+                charged=charged, done=final.done, last_polled_at=final.last_polled_at,
+                report=build_report(final, tasks))
         log.info("batch %s: %s; charged %d, released %d", batch.batch_id, status, charged,
-                 batch.cost - charged)
-        final = batch.model_copy(update={"status": status, "completed_at": utcnow(),
-                                         "charged": charged, "done": len(tasks)})
-        # the report is fixed now, in the same write: every later emit sends these bytes
-        return self.store.update_batch(
-            batch.batch_id, status=status, completed_at=final.completed_at, charged=charged,
-            done=len(tasks), last_polled_at=polled_at or batch.last_polled_at,
-            report=build_report(final, tasks))
+                 current.cost - charged)
+        return closed
 
     # -- cancel and expire ---------------------------------------------------------------
 
@@ -415,26 +454,45 @@ class EvalIntake:
         return True
 
     def _abort(self, batch_id: str, status: str, why: str) -> BatchRecord:
+        with self.store.intake_lease(batch_id, wait=LEASE_WAIT_SECONDS) as leased:
+            if not leased:
+                raise DropboxEvalError(f"batch {batch_id} is busy (its issues are being "
+                                       "created); try again in a minute")
+            try:
+                self._close_open_issues(batch_id, status, why)
+            except ForgeNotFound:  # the repo is gone: nothing is left to close on the forge
+                log.warning("batch %s: repo not found; unfinished tasks end as %s", batch_id,
+                            status)
+            tasks = self.store.get_tasks(batch_id)
+            ended = {"status": status, "finished_at": utcnow(),
+                     "result": TaskResult(summary=why)}
+            self.store.update_tasks(batch_id, {t.task_id: ended for t in tasks
+                                               if t.status in ("open", "pending")})
+            return self._close(self.store.get_batch(batch_id), self.store.get_tasks(batch_id),
+                               status)
+
+    def _close_open_issues(self, batch_id: str, status: str, why: str) -> None:
+        """Keep what the lane finished, then comment, label and close every open issue."""
+        self.poll_completed(batch_id)
         batch = self.store.get_batch(batch_id)
-        self.poll_completed(batch_id)  # keep what the lane already finished
+        if batch.status != "running":
+            return
         tasks = self.store.get_tasks(batch_id)
         if any(t.status == "pending" for t in tasks):
             self._adopt_existing(batch, [t for t in tasks if t.status == "pending"])
             tasks = self.store.get_tasks(batch_id)
-        changes: dict[str, dict[str, Any]] = {}
+        open_tasks = [t for t in tasks if t.status == "open" and t.issue_number]
+        if not open_tasks:
+            return
+        label_id = self.gitea.ensure_label(batch.repo, f"eval-{status}", "cccccc")
+        closed: dict[str, dict[str, Any]] = {}
         ended = {"status": status, "finished_at": utcnow(), "result": TaskResult(summary=why)}
         try:
-            open_tasks = [t for t in tasks if t.status == "open" and t.issue_number]
-            label_id = (self.gitea.ensure_label(batch.repo, f"eval-{status}", "cccccc")
-                        if open_tasks else 0)
-            for task in tasks:
-                if task.status == "open" and task.issue_number:
-                    self._close_issue(batch.repo, task.issue_number, label_id, why)
-                if task.status in ("open", "pending"):
-                    changes[task.task_id] = ended
+            for task in open_tasks:
+                self._close_issue(batch.repo, task.issue_number or 0, label_id, why)
+                closed[task.task_id] = ended
         finally:
-            self.store.update_tasks(batch_id, changes)
-        return self._close(batch, self.store.get_tasks(batch_id), status)
+            self.store.update_tasks(batch_id, closed)
 
     def _close_issue(self, repo: str, number: int, label_id: int, why: str) -> None:
         try:
@@ -461,19 +519,18 @@ class EvalIntake:
         if batch.status == "running":
             return {"ok": False, "reason": "not_finished", "batch_id": batch_id,
                     "done": batch.done, "total": batch.total}
-        if batch.status == "emitted" and not force:
+        if batch.emitted_at is not None and not force:
             return {"ok": True, "batch_id": batch_id, "already_emitted": True,
                     "emitted_at": batch.emitted_at.isoformat() if batch.emitted_at else None}
-        report = batch.report
-        if report is None:
-            report = self.build_report(batch_id)
-            batch = self.store.update_batch(batch_id, report=report)
+        report = batch.report or self.build_report(batch_id)  # fixed when the batch closed
         try:
             where = self.emitter.deliver(report, batch.callback_url, self._secret(batch))
         except DeliveryError as exc:
             self._delivery_failed(batch, exc)
             raise
-        self.store.update_batch(batch_id, status="emitted", emitted_at=utcnow(),
+        # completed -> emitted; cancelled and expired stay what they are, with emitted_at
+        self.store.update_batch(batch_id, emitted_at=utcnow(),
+                                status="emitted" if batch.status == "completed" else batch.status,
                                 last_delivery_error=None, next_delivery_at=None)
         log.info("batch %s: report emitted to %s", batch_id, where)
         return {"ok": True, "batch_id": batch_id, "delivered_to": where}
@@ -498,8 +555,9 @@ class EvalIntake:
                         batch.batch_id, attempts, limit, next_at.isoformat(), error)
 
     def due_for_delivery(self, batch: BatchRecord) -> bool:
-        """A completed batch whose delivery is not waiting out a backoff or given up."""
-        if batch.status not in ("completed", "cancelled", "expired"):
+        """A finished, unemitted batch whose delivery is not waiting out a backoff or given
+        up."""
+        if batch.status not in ("completed", "cancelled", "expired") or batch.emitted_at:
             return False
         if batch.delivery_attempts == 0:
             return True

@@ -35,6 +35,11 @@ def _check_text(value: str) -> str:
 
 
 Id = Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_check_id)]
+
+
+def is_valid_id(value: str) -> bool:
+    """Client, task and batch_ref ids: safe in file and repo names."""
+    return re.match(ID_PATTERN, value) is not None and ".." not in value
 Text = Annotated[str, AfterValidator(_check_text)]
 
 

@@ -47,7 +47,7 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
     """The report document for a finished batch (JSON-ready)."""
     report = Report(
         batch_id=batch.batch_id, client_id=batch.client_id, batch_ref=batch.batch_ref,
-        status="completed" if batch.status in ("running", "emitted") else batch.status,
+        status=batch.status,
         counts=status_counts(tasks), created_at=batch.created_at,
         completed_at=batch.completed_at, charged=batch.charged,
         results=[

@@ -178,24 +178,29 @@ class Service:
         self.cycles += 1
         full = (self.cycles - 1) % self.settings.full_poll_every == 0
         intake = self.app.intake
-        rows = self.app.store.list_batches(live_only=True)
+        rows = self._guard("state", self.app.store.list_batches, live_only=True) or []
         by_repo: dict[str, list[str]] = {}
         for row in rows:
             batch_id = str(row["batch_id"])
             if row["status"] != "running" or self.stop_event.is_set():
                 continue
-            if not self._guard(f"batch {batch_id}", intake.expire_if_overdue, batch_id):
+            # False = not overdue; None = the step failed: leave the batch for the next cycle
+            if self._guard(f"batch {batch_id}", intake.expire_if_overdue, batch_id) is False:
                 self._guard(f"batch {batch_id}", intake.open_issues, batch_id)
                 by_repo.setdefault(str(row["repo"]), []).append(batch_id)
         for repo, batch_ids in by_repo.items():
             self._guard(f"repo {repo}", intake.poll_batches, batch_ids, full=full)
         for row in rows:
-            batch = self.app.store.get_batch(str(row["batch_id"]))
-            if batch.status == "emitted":  # a crash came between emit and archiving
-                self.app.store.archive(batch)
-            elif intake.due_for_delivery(batch) and not self.stop_event.is_set():
-                self._guard(f"batch {batch.batch_id}", intake.emit, batch.batch_id)
+            if not self.stop_event.is_set():
+                self._guard(f"batch {row['batch_id']}", self._deliver, str(row["batch_id"]))
         self._set_status(last_poll_at=_now(), cycles=self.cycles)
+
+    def _deliver(self, batch_id: str) -> None:
+        batch = self.app.store.get_batch(batch_id)
+        if batch.emitted_at is not None:  # a crash came between emit and archiving
+            self.app.store.archive(batch)
+        elif self.app.intake.due_for_delivery(batch):
+            self.app.intake.emit(batch_id)
 
     def _guard(self, what: str, step: Any, *args: Any, **kwargs: Any) -> Any:
         """Run one step and return its result; a failure is logged and recorded (result
@@ -217,7 +222,10 @@ class Service:
 
     def _set_status(self, **fields: Any) -> None:
         self.status.update(fields)
-        write_json(self.status_path, self.status)
+        try:
+            write_json(self.status_path, self.status)
+        except OSError as exc:  # a full disk must not stop the service; the log still says it
+            log.error("cannot write %s: %s", self.status_path, exc)
 
 
 def read_status(state_dir: Path) -> dict[str, Any]:

@@ -28,13 +28,13 @@ from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from tinydb import Query, TinyDB
 from tinydb.storages import Storage
 
 from .errors import NotFoundError, StoreError
 from .fileio import write_atomically
-from .models import BatchRecord, Client, LedgerEntry, TaskRecord
+from .models import BatchRecord, Client, LedgerEntry, TaskRecord, utcnow
 
 STALE_TEMP_SECONDS = 300
 
@@ -80,7 +80,9 @@ class Store:
         self.tasks_dir = state_dir / "tasks"
         self.keys_dir = state_dir / "keys"
         self.archive_dir = state_dir / "archive"
-        for folder in (self.batches_dir, self.tasks_dir, self.keys_dir, self.archive_dir):
+        self.leases_dir = state_dir / "leases"
+        for folder in (self.batches_dir, self.tasks_dir, self.keys_dir, self.archive_dir,
+                       self.leases_dir):
             folder.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(state_dir / "store.lock"))
         self._remove_stale_temp_files()
@@ -94,6 +96,21 @@ class Store:
                     with contextlib.suppress(FileNotFoundError):
                         if tmp.stat().st_mtime < cutoff:
                             tmp.unlink()
+
+    @contextlib.contextmanager
+    def intake_lease(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
+        """Exclusive right to create or close a batch's issues, across processes; yields
+        False when another holder kept it for `wait` seconds."""
+        lease = FileLock(str(self.leases_dir / f"{batch_id}.lock"))
+        try:
+            lease.acquire(timeout=wait)
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lease.release()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -153,7 +170,7 @@ class Store:
             _insert(data["clients"], _dump(client))
 
     def post_ledger(self, entry: LedgerEntry) -> None:
-        """Append a ledger entry and set the client's balance to its `balance_after`."""
+        """Append a ledger entry and apply its amount and held change to the client."""
         with self._index_change() as data:
             _post(data, entry)
 
@@ -252,7 +269,7 @@ class Store:
                 db.table("batch").update(encoded, doc_ids=[1])
                 row = db.table("batch").get(doc_id=1)
             batch = BatchRecord.model_validate(row)
-            if batch.status == "emitted":
+            if batch.emitted_at is not None:
                 self.archive(batch)
             elif any(key in _SUMMARY_FIELDS for key in fields):
                 with self._index_change() as data:
@@ -361,11 +378,17 @@ def _insert(table: dict[str, Any], doc: dict[str, Any]) -> None:
 
 
 def _post(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
-    _insert(data["ledger"], _dump(entry))
+    """Apply the entry's changes to the client as it is in `data` (read under the lock) and
+    record the resulting balance and held amount, and the posting time, in the entry."""
     for client in data["clients"].values():
         if client["client_id"] == entry.client_id:
-            client["balance"] = entry.balance_after
-            client["held"] = entry.held_after
+            client["balance"] += entry.amount
+            client["held"] = client.get("held", 0) + entry.held_change
+            _insert(data["ledger"], {**_dump(entry), "balance_after": client["balance"],
+                                     "held_after": client["held"],
+                                     "at": utcnow().isoformat()})
+            return
+    raise StoreError(f"ledger entry for unknown client {entry.client_id!r}")
 
 
 def _encode(value: Any) -> Any:

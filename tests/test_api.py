@@ -105,3 +105,12 @@ def test_api_has_no_server_errors(api: str, keys: dict[str, str]) -> None:
             case.call_and_validate(headers=auth, checks=[not_a_server_error])
 
         no_server_error()
+
+
+def test_a_retried_post_is_the_same_batch(api: str, keys: dict[str, str], app: App) -> None:
+    body = {"tasks": tasks(2)}
+    first = _call(api, keys["acme"], "POST", "", json=body)
+    again = _call(api, keys["acme"], "POST", "", json=body)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["batch_id"] == first.json()["batch_id"]
+    assert app.billing.client("acme").held == 4

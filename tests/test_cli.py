@@ -104,3 +104,9 @@ def test_watch_follows_until_the_batch_ends(cli, tmp_path: Path,  # type: ignore
     assert f"{batch_id}: emitted, 2/2 done" in watched.output
     counts = json.loads(cli("batch", batch_id, "--json").output)["counts"]
     assert counts["passed"] == 2 and counts["open"] == 0 and counts["total"] == 2
+
+
+def test_client_ids_must_be_usable_as_folder_names(cli) -> None:  # type: ignore[no-untyped-def]
+    for bad in ("Acme Corp", "../x", ".hidden"):
+        result = cli("clients", "add", bad)
+        assert result.exit_code == 1 and "must match" in result.output

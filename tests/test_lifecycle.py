@@ -13,10 +13,11 @@ from standardwebhooks import Webhook
 
 from dropbox_eval.callbacks import CallbackPolicy
 from dropbox_eval.cli import main
+from dropbox_eval.config import Settings
 from dropbox_eval.errors import BatchRejected
 from dropbox_eval.models import BatchFile, utcnow
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App, Service
+from dropbox_eval.service import App, Service, build_app
 
 
 def _repo(app: App, batch_id: str) -> tuple[str, str]:
@@ -93,7 +94,7 @@ def test_deadline_expires_unfinished_tasks(app: App, forge: SandboxForge, funded
     app.store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
     Service(app).run(once=True)
     batch = app.store.get_batch(batch_id)
-    assert batch.status == "emitted"
+    assert batch.status == "expired" and batch.emitted_at is not None
     report = read_json(app.settings.outbox_path / f"{batch_id}.json")
     assert report["status"] == "expired"
     assert [r["status"] for r in report["results"]] == ["failed", "expired"]
@@ -140,6 +141,8 @@ def test_signed_callback_verifies_with_standardwebhooks(app: App, forge: Sandbox
     "http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/x",
     "http://192.168.0.5/x", "http://169.254.169.254/latest/meta-data", "http://[::1]/x",
     "http://[::ffff:127.0.0.1]/x", "http://0.0.0.0/x", "ftp://example.com/x",
+    "http://100.64.0.1/x", "http://[2002:7f00:1::1]/x", "http://192.0.2.10/x",
+    "http://[fd00:ec2::254]/x",
     "http://no-such-host.invalid/x",
 ])
 def test_callback_policy_refuses_internal_targets(url: str) -> None:
@@ -189,3 +192,39 @@ def test_cancel_file_in_client_folder(app: App, forge: SandboxForge, funded: str
     own.write_text("")
     again = app.inbox.process(own)
     assert again.status == "rejected" and again.document["reason"] == "not_running"
+
+
+def test_cancel_after_completion_changes_nothing(app: App, forge: SandboxForge,
+                                                 funded: str) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
+    _finish(app, forge, batch_id, ["t1", "t2"])
+    app.intake.poll_completed(batch_id)
+    with pytest.raises(Exception, match="only running batches"):
+        app.intake.cancel(batch_id)
+    batch = app.store.get_batch(batch_id)
+    closed_again = app.intake._close(batch, app.store.get_tasks(batch_id), "cancelled")
+    assert closed_again.status == "completed"
+    assert [e.kind for e in app.store.ledger(funded)].count("release") == 1
+    assert app.billing.client(funded).held == 0
+
+
+def test_expiry_ends_a_batch_whose_repo_is_gone(app: App, forge: SandboxForge, funded: str,
+                                                settings: Settings) -> None:
+    offline = build_app(settings.model_copy(update={"gitea_url": None}))
+    batch_id = offline.intake.submit_batch(funded, tasks(2))["batch_id"]  # no forge: no repo
+    assert [t.status for t in app.store.get_tasks(batch_id)] == ["pending", "pending"]
+    app.store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
+    assert app.intake.expire_if_overdue(batch_id) is True
+    batch = app.store.get_batch(batch_id)
+    assert (batch.status, batch.charged) == ("expired", 0)
+    assert app.billing.client(funded).held == 0
+
+
+def test_a_cancel_requested_batch_gets_no_new_issues(app: App, forge: SandboxForge,
+                                                     funded: str, settings: Settings) -> None:
+    offline = build_app(settings.model_copy(update={"gitea_url": None}))
+    batch_id = offline.intake.submit_batch(funded, tasks(2))["batch_id"]
+    app.store.update_batch(batch_id, cancel_requested=True)
+    forge.clear_requests()
+    assert app.intake.open_issues(batch_id) == 0
+    assert forge.requests == []

@@ -57,3 +57,26 @@ def test_full_cycle_probes_first_and_lists_only_when_issues_vanished(
     assert app.store.get_tasks(batch_id)[5].status == "missing"
     listing = [r for r in forge.requests if "state=all" in r.query]
     assert len(listing) == 2  # 59 issues: two pages of 50, no empty third page
+
+
+def test_an_unreadable_result_does_not_block_the_others(settings: Settings,
+                                                        forge: SandboxForge) -> None:
+    app = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
+    assert app.intake._gitea is not None
+    app.intake._gitea.sleep = lambda _seconds: None
+    app.billing.add_client("acme", 100)
+    first = app.intake.submit_batch("acme", tasks(1), batch_ref="a")["batch_id"]
+    second = app.intake.submit_batch("acme", tasks(1), batch_ref="b")["batch_id"]
+    service = Service(app)
+    service.poll_cycle()
+    broken = app.store.get_tasks(first)[0].issue_number
+    for batch_id in (first, second):
+        number = app.store.get_tasks(batch_id)[0].issue_number or 0
+        forge.finish_issue(forge.user, "shared", number, comment="ok", labels=["eval-pass"])
+    forge.fail_next(20, 502, path_contains=f"/issues/{broken}/comments")
+    service.poll_cycle()
+    assert app.store.get_tasks(first)[0].status == "open"
+    assert app.store.get_tasks(second)[0].status == "passed"
+    forge.state.faults.clear()
+    service.poll_cycle()  # the first batch kept its old `since`: the closure is listed again
+    assert app.store.get_tasks(first)[0].status == "passed"

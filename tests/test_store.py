@@ -14,9 +14,10 @@ import pytest
 from conftest import tasks
 
 from dropbox_eval.billing import Billing
+from dropbox_eval.config import Settings
 from dropbox_eval.errors import NotFoundError, StoreError
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App
+from dropbox_eval.service import App, build_app
 from dropbox_eval.store import Store, _append_lines
 
 FUND_SCRIPT = """
@@ -24,7 +25,8 @@ import sys
 from pathlib import Path
 from dropbox_eval.billing import Billing
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App
+from dropbox_eval.config import Settings
+from dropbox_eval.service import App, build_app
 from dropbox_eval.store import Store, _append_lines
 billing = Billing(Store(Path(sys.argv[1])), 1)
 for _ in range(int(sys.argv[2])):
@@ -111,3 +113,25 @@ def test_unusable_batch_ids_are_simply_not_found(tmp_path: Path, batch_id: str) 
         store.get_batch(batch_id)
     with pytest.raises(NotFoundError):
         store.get_tasks(batch_id)
+
+
+def test_ledger_entries_apply_to_the_balance_as_posted(app: App, funded: str) -> None:
+    """Entries made before a concurrent change still add up (the store applies deltas)."""
+    stale = app.billing.settlement(funded, "b1", hold=0, charged=10)
+    app.billing.fund(funded, 500)  # lands between computing and posting the settlement
+    app.store.settle(stale)
+    client = app.billing.client(funded)
+    assert client.balance == 100 + 500 - 10
+    assert app.store.ledger(funded)[-1].balance_after == client.balance
+
+
+def test_intake_lease_excludes_a_second_holder(app: App, forge: SandboxForge,
+                                               funded: str, settings: Settings) -> None:
+    offline = build_app(settings.model_copy(update={"gitea_url": None}))
+    batch_id = offline.intake.submit_batch(funded, tasks(3))["batch_id"]
+    forge.clear_requests()
+    with app.store.intake_lease(batch_id) as mine:
+        assert mine
+        assert app.intake.open_issues(batch_id) == 0  # someone else is creating them
+        assert forge.requests == []
+    assert app.intake.open_issues(batch_id) == 3
