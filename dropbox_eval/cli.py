@@ -26,9 +26,7 @@ from .config import Settings, load_settings
 from .errors import (
     AlreadyRunning,
     ConfigError,
-    DeliveryError,
     DropboxEvalError,
-    ForgeError,
     NotFoundError,
 )
 from .fileio import write_atomically
@@ -85,7 +83,7 @@ def friendly_errors() -> Iterator[None]:
         fail(str(exc), EXIT_NOT_FOUND)
     except AlreadyRunning as exc:
         fail(str(exc), EXIT_RUNNING)
-    except (ForgeError, DeliveryError, DropboxEvalError) as exc:
+    except DropboxEvalError as exc:  # forge, delivery, store and every other failure
         fail(str(exc), EXIT_FAILED)
 
 

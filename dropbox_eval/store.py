@@ -214,8 +214,6 @@ class Store:
         A crash before the index write leaves only unreferenced files, never a batch without
         its hold; until the keys exist, duplicates are found in the (live) index rows.
         """
-        if self._batch_file(batch.batch_id).exists():
-            raise StoreError(f"batch {batch.batch_id} already exists")
         with self.locked():
             _write_table(self._tasks_file(batch.batch_id), "tasks", [_dump(t) for t in tasks])
             _write_table(self._batch_file(batch.batch_id), "batch", [_dump(batch)])
