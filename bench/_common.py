@@ -16,19 +16,14 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any
-from unittest import mock
 
 import requests
 
 from dropbox_eval.config import Settings, load_settings
-from dropbox_eval.store import Store
 
 logging.getLogger("dropbox_eval").setLevel(logging.WARNING)
 START_LOAD = os.getloadavg()
@@ -270,7 +265,9 @@ class Stopwatch:
 class StoreIO:
     """Count the store's whole-file reads and writes (and their bytes) while active.
 
-    Wraps `AtomicJSONStorage.read/write` for measurement only; behaviour is unchanged.
+    Wraps `AtomicJSONStorage.read/write` (index.json, batches/, tasks/) for measurement
+    only; behaviour is unchanged. Appends to and reads of the archive's JSON-lines files are
+    not counted.
     """
 
     def __init__(self) -> None:
@@ -317,35 +314,3 @@ class StoreIO:
         return (f"{self.reads} file reads ({self.read_bytes / 1e6:.2f} MB; "
                 f"{self.index_reads} of index.json), {self.writes} writes "
                 f"({self.write_bytes / 1e6:.2f} MB; {self.index_writes} of index.json)")
-
-
-@contextmanager
-def parsed_file_cache() -> Iterator[None]:
-    """Proposed store change: reuse parsed batch files while the file is unchanged.
-
-    Every store write replaces the file (new inode), so (inode, mtime_ns, size) is a sound
-    key even across processes. Emulated at `Store.get_batch/get_tasks`.
-    """
-    cache: dict[tuple[str, str], tuple[tuple[int, int, int], Any]] = {}
-
-    def cached(method: Any, kind: str) -> Any:
-        def wrapper(self: Store, batch_id: str) -> Any:
-            try:
-                info = os.stat(Path(self.batches_dir) / f"{batch_id}.json")
-            except (AttributeError, OSError):
-                return method(self, batch_id)
-            key = (info.st_ino, info.st_mtime_ns, info.st_size)
-            hit = cache.get((kind, batch_id))
-            if hit is not None and hit[0] == key:
-                return hit[1]
-            value = method(self, batch_id)
-            cache[(kind, batch_id)] = (key, value)
-            return value
-
-        return wrapper
-
-    with ExitStack() as stack:
-        for name in ("get_batch", "get_tasks"):
-            stack.enter_context(mock.patch.object(Store, name,
-                                                  cached(getattr(Store, name), name)))
-        yield

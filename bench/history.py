@@ -6,23 +6,17 @@ too). For each batch: `submit_batch` (timed), the lane closes all its issues (no
 `poll_completed` (timed; fetches 20 results and completes the batch), `emit` (timed
 separately; the report goes to the outbox, the batch becomes history). The figure is
 median(intake + poll) of the last W batches over the first W (W = 5), after one warm-up
-batch in another folder. `--whatif` repeats the series in a new folder with a read cache of
-the parsed index monkeypatched into the store (a proposed change, not the product).
+batch in another folder.
 
-    python bench/history.py [--batches 200] [--tasks 20] [--window 5] [--whatif] [--json]
+    python bench/history.py [--batches 200] [--tasks 20] [--window 5] [--json]
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
-from unittest import mock
 
 from _common import (
     BenchResult,
@@ -37,7 +31,6 @@ from _common import (
 
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import App, Service, build_app
-from dropbox_eval.store import Store
 
 TARGET_RATIO = 1.2
 
@@ -75,51 +68,10 @@ def one_batch(app: App, forge: SandboxForge, index: int, tasks: int) -> Timing:
     return Timing(intake.seconds, poll.seconds, emitted.seconds, io)
 
 
-@contextmanager
-def index_read_cache() -> Iterator[None]:
-    """Proposed store change: reuse the parsed index while index.json is unchanged.
-
-    Emulated for the read-only `Store.get_client` and `Store.list_batches` (the index is
-    replaced atomically on every write, so (inode, mtime_ns, size) is a sound key).
-    """
-    cache: dict[str, tuple[tuple[int, int, int], Any]] = {}
-
-    def identity(store: Store) -> tuple[int, int, int] | None:
-        try:
-            info = os.stat(Path(store.state_dir) / "index.json")
-        except (AttributeError, OSError):
-            return None
-        return info.st_ino, info.st_mtime_ns, info.st_size
-
-    def load(store: Store, kind: str, compute: Any) -> Any:
-        key = identity(store)
-        hit = cache.get(kind)
-        if key is not None and hit is not None and hit[0] == key:
-            return hit[1]
-        value = compute()
-        if key is not None:
-            cache[kind] = (key, value)
-        return value
-
-    get_client, list_batches = Store.get_client, Store.list_batches
-
-    def cached_client(self: Store, client_id: str) -> Any:
-        clients = load(self, "clients", lambda: {c.client_id: c for c in self.list_clients()})
-        return clients.get(client_id) if clients else get_client(self, client_id)
-
-    def cached_batches(self: Store, where: Any = None) -> Any:
-        rows = load(self, "batches", lambda: list_batches(self))
-        return [dict(r) for r in rows if where is None or where(r)]
-
-    with ExitStack() as stack:
-        stack.enter_context(mock.patch.object(Store, "get_client", cached_client))
-        stack.enter_context(mock.patch.object(Store, "list_batches", cached_batches))
-        yield
-
-
 def run_series(forge: SandboxForge, home: Path, batches: int, tasks: int) -> tuple[
-        list[Timing], float, float, int]:
-    """(timings, idle cycle after batch 1, idle cycle at the end, index.json bytes)."""
+        list[Timing], float, float, int, int]:
+    """(timings, idle cycle after batch 1, idle cycle at the end, index.json bytes,
+    archive bytes)."""
     app = build_app(settings_for(str(home), forge.url, forge.token, forge.user, task_price=1))
     app.billing.add_client("bench", batches * tasks)
     timings: list[Timing] = []
@@ -129,7 +81,9 @@ def run_series(forge: SandboxForge, home: Path, batches: int, tasks: int) -> tup
         if index == 1:
             idle_first = service_idle_cycle(app)
     idle_last = service_idle_cycle(app)
-    return timings, idle_first, idle_last, (app.settings.state_path / "index.json").stat().st_size
+    state = app.settings.state_path
+    archive = sum(p.stat().st_size for p in (state / "archive").glob("*.jsonl"))
+    return timings, idle_first, idle_last, (state / "index.json").stat().st_size, archive
 
 
 def service_idle_cycle(app: App) -> float:
@@ -146,8 +100,6 @@ def main() -> None:
     args_parser.add_argument("--batches", type=int, default=200)
     args_parser.add_argument("--tasks", type=int, default=20)
     args_parser.add_argument("--window", type=int, default=5)
-    args_parser.add_argument("--whatif", action="store_true",
-                             help="repeat the series with an index read cache monkeypatched in")
     args = args_parser.parse_args()
     started = time.perf_counter()
     window = max(1, min(args.window, args.batches // 2))
@@ -156,12 +108,8 @@ def main() -> None:
                                       forge.user))
         warm.billing.add_client("bench", 0)
         one_batch(warm, forge, 0, args.tasks)
-        timings, idle_first, idle_last, index_bytes = run_series(
+        timings, idle_first, idle_last, index_bytes, archive_bytes = run_series(
             forge, Path(tmp) / "main", args.batches, args.tasks)
-        cached: list[Timing] = []
-        if args.whatif:
-            with index_read_cache():
-                cached = run_series(forge, Path(tmp) / "whatif", args.batches, args.tasks)[0]
 
     first, last = timings[:window], timings[-window:]
 
@@ -184,26 +132,20 @@ def main() -> None:
     slope, intercept = statistics.linear_regression(
         list(range(1, len(timings) + 1)), [t.total * 1000 for t in timings])
     at_2000 = (intercept + slope * 2000) / max(intercept + slope, 1e-9)
+    trend = (f"extrapolated ratio at batch #2000: {at_2000:.2f}" if slope > 0
+             else "no growth (a negative slope is warm-up and noise)")
     result.add("growth per 100 batches of history", slope * 100, "ms",
-               note=f"least-squares slope over all {len(timings)} batches; extrapolated "
-                    f"ratio at batch #2000: {at_2000:.2f}")
+               note=f"least-squares slope over all {len(timings)} batches; {trend}")
     emit_ratio = med(last, "emit") / med(first, "emit")
     result.add("emit ratio (context)", emit_ratio, "",
                note=f"{med(first, 'emit') * 1000:.1f} ms -> {med(last, 'emit') * 1000:.1f} ms")
     result.add("service idle cycle ratio (context)", idle_last / max(idle_first, 1e-9), "",
                note=f"all batches emitted: {idle_first * 1000:.1f} ms with 1 batch of history"
                     f" -> {idle_last * 1000:.1f} ms with {args.batches}")
-    if cached:
-        w_ratio = med(cached[-window:], "total") / med(cached[:window], "total")
-        result.add(f"what-if: ratio #{args.batches} / #1 with an index read cache", w_ratio, "",
-                   f"<= {TARGET_RATIO}", w_ratio <= TARGET_RATIO,
-                   note=f"{med(cached[:window], 'total') * 1000:.1f} ms -> "
-                        f"{med(cached[-window:], 'total') * 1000:.1f} ms; get_client and "
-                        f"list_batches reuse the parsed index; store "
-                        f"{cached[-1].io.summary()}")
     result.info["setup"] = (f"{args.batches} batches x {args.tasks} tasks, one repo per batch, "
-                            f"in-process SandboxForge; index.json at the end: "
-                            f"{index_bytes / 1000:.0f} kB")
+                            f"in-process SandboxForge; at the end index.json "
+                            f"{index_bytes / 1000:.1f} kB, archive/*.jsonl "
+                            f"{archive_bytes / 1000:.0f} kB")
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

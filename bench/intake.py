@@ -6,10 +6,9 @@ store, repo + label, issues, store flushes). Runs alternate (raw, product, produ
 so drift hits both; the figure is the median of the per-pair ratios (raw time / product
 time), which keeps a burst of load from other processes on this 2-core box out of it.
 Create calls are timestamped (measurement only) to split the product's time into before the
-first POST / creating / after the last answer. `--whatif` adds one pair with a parsed
-batch-file cache monkeypatched into the store (a proposed change, not the product).
+first POST / creating / after the last answer.
 
-    python bench/intake.py [--tasks 10000] [--pairs 3] [--inproc] [--whatif] [--json]
+    python bench/intake.py [--tasks 10000] [--pairs 3] [--inproc] [--json]
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any, Protocol
 from unittest import mock
 
@@ -32,7 +31,6 @@ from _common import (
     command_line,
     emit,
     make_tasks,
-    parsed_file_cache,
     parser,
     settings_for,
 )
@@ -163,13 +161,11 @@ def main() -> None:
                              help="raw/product pairs, order alternating (default 3)")
     args_parser.add_argument("--inproc", action="store_true",
                              help="serve the sandbox forge in this process (shares the GIL)")
-    args_parser.add_argument("--whatif", action="store_true",
-                             help="add a pair with the parsed-file cache monkeypatched in")
     args = args_parser.parse_args()
     started = time.perf_counter()
     tasks = make_tasks(args.tasks)
 
-    def pair(index: int, cached: bool = False) -> tuple[float, float, Phases]:
+    def pair(index: int) -> tuple[float, float, Phases]:
         times: dict[str, float] = {}
         phases = Phases()
         order = ("raw", "product") if index % 2 == 0 else ("product", "raw")
@@ -178,8 +174,7 @@ def main() -> None:
                 if kind == "raw":
                     times[kind] = raw_loop(forge, tasks)
                     continue
-                with parsed_file_cache() if cached else nullcontext():
-                    times[kind] = product_run(forge, tasks, phases)
+                times[kind] = product_run(forge, tasks, phases)
                 assert count_creates(request_log()) == len(tasks), "wrong issue count"
         return times["raw"], times["product"], phases
 
@@ -207,13 +202,6 @@ def main() -> None:
                note=f"raw loop total: {statistics.median(r for r, _, _ in pairs):.1f} s")
     result.add("product: after the last answer", after, "s",
                note="store the issue numbers, build the result")
-    if args.whatif:
-        raw, product, phases = pair(args.pairs, cached=True)
-        w_before, _, w_after = phases.split()
-        result.add("what-if: product / raw with a parsed-file cache", raw / product, "",
-                   f">= {TARGET_RATIO}", raw / product >= TARGET_RATIO,
-                   note=f"one more pair; before first POST {w_before:.2f} s, after last "
-                        f"{w_after:.2f} s")
     result.info["forge"] = ("in-process SandboxForge" if args.inproc
                             else "SandboxForge in a child process")
     result.seconds = time.perf_counter() - started

@@ -4,8 +4,10 @@ A real `Service` (watchdog observer, service loop) runs in a background thread a
 in-process sandbox forge. Each drop writes `inbox/bench/bN.json.part`, fsyncs it, then
 renames it to `bN.json` (an atomic upload); the clock runs from the rename until the forge
 has answered 201 to all 10 issue creations (read from the forge's request log every 2 ms).
-Measured with the default quiet period (1 s), with 0.05 s, and - as a what-if for
-"a file renamed into place is complete" - with 0.
+A rename into place is read at once (inotify), so the quiet period should not matter:
+measured with the default quiet period (1 s) and with 0.05 s. For context, drops written
+in place (`bN.json` opened, written, fsynced, closed; the clock starts at the close) still
+wait the default quiet period.
 
     python bench/latency.py [--drops 20] [--tasks 10] [--json]
 """
@@ -35,19 +37,17 @@ def created(forge: SandboxForge) -> int:
                if e.method == "POST" and e.path.endswith("/issues") and e.status == 201)
 
 
-def drop(inbox: Path, index: int, tasks: int) -> Path:
-    """Write the batch under a temporary name (not yet visible as a candidate)."""
-    part = inbox / f"b{index}.json.part"
+def write(path: Path, index: int, tasks: int) -> None:
+    """Write one batch file and fsync it."""
     data = json.dumps({"batch_ref": f"drop-{index}", "tasks": make_tasks(tasks, f"d{index}-")})
-    with open(part, "w", encoding="utf-8") as handle:
+    with open(path, "w", encoding="utf-8") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    return part
 
 
-def measure(forge: SandboxForge, quiet: float, drops: int, tasks: int) -> tuple[list[float],
-                                                                                 list[float]]:
+def measure(forge: SandboxForge, quiet: float, drops: int, tasks: int,
+            rename: bool = True) -> tuple[list[float], list[float]]:
     """(drop -> issues exist, drop -> receipt written) in seconds, one pair per drop."""
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as home:
         settings = settings_for(home, forge.url, forge.token, forge.user, quiet_period=quiet,
@@ -69,11 +69,16 @@ def measure(forge: SandboxForge, quiet: float, drops: int, tasks: int) -> tuple[
         receipts: list[float] = []
         try:
             for index in range(drops + 1):  # drop 0 warms up and is not counted
-                part = drop(inbox, index, tasks)
-                final = part.with_name(f"b{index}.json")
+                final = inbox / f"b{index}.json"
                 forge.clear_requests()
-                start = time.perf_counter()
-                os.rename(part, final)
+                if rename:
+                    part = final.with_name(f"{final.name}.part")  # not a candidate name
+                    write(part, index, tasks)
+                    start = time.perf_counter()
+                    os.rename(part, final)
+                else:
+                    write(final, index, tasks)
+                    start = time.perf_counter()
                 end = start + WAIT_LIMIT
                 while created(forge) < tasks:
                     if time.perf_counter() > end:
@@ -101,18 +106,22 @@ def main() -> None:
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("latency", command_line())
-    variants = [(1.0, "default quiet_period=1.0"), (0.05, "quiet_period=0.05"),
-                (0.0, "what-if quiet_period=0 (rename = complete)")]
+    variants = [(1.0, True, "rename, default quiet_period=1.0"),
+                (0.05, True, "rename, quiet_period=0.05"),
+                (1.0, False, "in-place write, default quiet_period=1.0 (context)")]
     with SandboxForge(port=0) as forge:
-        for quiet, label in variants:
-            issues, receipts = measure(forge, quiet, args.drops, args.tasks)
+        for quiet, rename, label in variants:
+            issues, receipts = measure(forge, quiet, args.drops, args.tasks, rename)
             p50 = percentile(issues, 50) * 1000
             p95 = percentile(issues, 95) * 1000
-            result.add(f"{label}: p50", p50, "ms", f"<= {TARGET_P50_MS:.0f} ms",
-                       p50 <= TARGET_P50_MS,
-                       note=f"min {min(issues) * 1000:.0f} ms, max {max(issues) * 1000:.0f} ms"
-                            f"; receipt written at p50 "
-                            f"{statistics.median(receipts) * 1000:.0f} ms")
+            note = (f"min {min(issues) * 1000:.0f} ms, max {max(issues) * 1000:.0f} ms; "
+                    f"receipt written at p50 {statistics.median(receipts) * 1000:.0f} ms")
+            if rename:
+                result.add(f"{label}: p50", p50, "ms", f"<= {TARGET_P50_MS:.0f} ms",
+                           p50 <= TARGET_P50_MS, note=note)
+            else:
+                result.add(f"{label}: p50", p50, "ms",
+                           note=note + "; the quiet period is the floor")
             result.add(f"{label}: p95", p95, "ms")
     result.info["setup"] = (f"{args.drops} drops (+1 warm-up) of {args.tasks}-task batches per "
                             "variant; Service.run in a thread with the inotify observer; "

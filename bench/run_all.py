@@ -21,9 +21,9 @@ from _common import code_version, fmt, machine_note, parser
 HERE = Path(__file__).resolve().parent
 BENCHES: dict[str, tuple[list[str], list[str]]] = {
     # name: (default arguments, --quick arguments)
-    "intake": (["--whatif"], ["--whatif", "--tasks", "1000", "--pairs", "2"]),
-    "poll": (["--whatif"], ["--whatif", "--tasks", "1000"]),
-    "history": (["--whatif"], ["--whatif", "--batches", "40"]),
+    "intake": ([], ["--tasks", "1000", "--pairs", "2"]),
+    "poll": ([], ["--tasks", "1000"]),
+    "history": ([], ["--batches", "40"]),
     "latency": ([], ["--drops", "5"]),
     "rss": ([], ["--batches", "2", "--tasks", "2000"]),
 }
