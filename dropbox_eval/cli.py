@@ -35,7 +35,8 @@ from .report import status_counts
 from .service import App, Service, build_app, read_status
 
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 1, 2, 3, 4, 5
-console = Console()
+# piped output keeps whole ids (rich assumes 80 columns when stdout is not a terminal)
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 SETTING_OPTIONS: list[tuple[str, str, Any]] = [
     ("--home", "home", click.Path(path_type=Path)),

@@ -93,7 +93,9 @@ def test_watch_follows_until_the_batch_ends(cli, tmp_path: Path,  # type: ignore
     source = tmp_path / "w.json"
     source.write_text(json.dumps({"client_id": "acme", "tasks": tasks(2)}))
     batch_id = json.loads(cli("submit", str(source), "--json").output)["batch_id"]
-    assert "----------" in cli("batches").output  # an empty progress bar
+    listing = cli("batches").output
+    assert "----------" in listing  # an empty progress bar
+    assert batch_id in listing  # whole, even when not printed to a terminal
     owner, name = json.loads(cli("batch", batch_id, "--json").output)["repo"].split("/")
     for issue in forge.issues(owner, name):
         forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
