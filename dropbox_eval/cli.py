@@ -12,6 +12,7 @@ import json
 import logging
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -499,9 +500,10 @@ def demo(obj: Context, lane_delay: float, timeout: float) -> None:
         settings = obj.settings(gitea_url=forge.url, gitea_token=forge.token, owner=forge.user,
                                 repo=None, poll_interval=0.5, quiet_period=0.2)
         app = build_app(settings)
-        if app.store.get_client("demo") is None:
+        client = app.store.get_client("demo")
+        if client is None:
             app.billing.add_client("demo", 100)
-        elif app.store.get_client("demo").balance < 3:  # type: ignore[union-attr]
+        elif client.available < len(DEMO_BATCH["tasks"]) * settings.task_price:
             app.billing.fund("demo", 100, note="demo top-up")
         batch_ref = f"demo-{utcnow():%Y%m%d%H%M%S%f}"
         drop = app.inbox.root / "demo" / f"{batch_ref}.json"
@@ -516,8 +518,6 @@ def demo(obj: Context, lane_delay: float, timeout: float) -> None:
 
 
 def _run_until_report(app: App, batch_ref: str, timeout: float) -> Path | None:
-    import threading
-
     service = Service(app)
     thread = threading.Thread(target=service.run, name="service", daemon=True)
     thread.start()
@@ -526,12 +526,12 @@ def _run_until_report(app: App, batch_ref: str, timeout: float) -> Path | None:
     with console.status("waiting for the lane...") as spinner:
         while time.monotonic() < deadline and found is None:
             time.sleep(0.2)
-            rows = app.store.list_batches(lambda r: r.get("batch_ref") == batch_ref)
-            if rows:
-                row = rows[0]
-                spinner.update(f"batch {row['batch_id']}: {row['done']}/{row['total']} "
-                               f"done, {row['status']}")
-                path = app.settings.outbox_path / f"{row['batch_id']}.json"
+            batch_id = app.store.find_batch("demo", batch_ref=batch_ref)
+            if batch_id:
+                batch = app.store.get_batch(batch_id)
+                spinner.update(f"batch {batch_id}: {batch.done}/{batch.total} done, "
+                               f"{batch.status}")
+                path = app.settings.outbox_path / f"{batch_id}.json"
                 found = path if path.exists() else None
     service.stop()
     thread.join(timeout=10)

@@ -91,22 +91,25 @@ class Settings(BaseSettings):
         """Lane label -> task status mapping."""
         return {self.pass_label: "passed", self.fail_label: "failed"}
 
-    def require_forge(self) -> tuple[str, str, str]:
-        """Return (url, token, owner) or raise a one-line error naming what to set."""
+    def require_forge(self) -> None:
+        """Raise a one-line error naming what to set unless a forge is fully configured."""
         for name in ("gitea_url", "gitea_token"):
             if not getattr(self, name):
                 raise ConfigError(
                     f"{ENV_PREFIX}{name.upper()} is not set: point it at your Gitea/Forgejo "
                     "server, or run with --sandbox to use the embedded sandbox forge"
                 )
+        self.require_owner()
+
+    def require_owner(self) -> str:
+        """The user or org owning eval repos, or a one-line error naming what to set."""
         owner = self.owner or (self.repo.split("/")[0] if self.repo else None)
         if not owner:
             raise ConfigError(
                 f"{ENV_PREFIX}OWNER is not set: name the user or org that owns eval repos "
                 f"(or set {ENV_PREFIX}REPO=owner/name)"
             )
-        assert self.gitea_url and self.gitea_token
-        return self.gitea_url, self.gitea_token, owner
+        return owner
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -18,7 +18,6 @@ from .config import Settings
 from .emitter import Emitter
 from .errors import (
     BatchRejected,
-    ConfigError,
     DeliveryError,
     DropboxEvalError,
     ForgeError,
@@ -145,10 +144,7 @@ class EvalIntake:
                 f"file claims client_id {batch.client_id!r} but was dropped for {client_id!r}",
                 field="client_id",
             )
-        if len(batch.tasks) > self.settings.max_tasks:
-            raise BatchRejected("too_many_tasks",
-                                f"{len(batch.tasks)} tasks; the limit is {self.settings.max_tasks}",
-                                field="tasks", limit=self.settings.max_tasks)
+        check_task_count(len(batch.tasks), self.settings.max_tasks)
         if batch.callback_url:
             self.policy.check(batch.callback_url)
         with self.store.locked():
@@ -192,10 +188,7 @@ class EvalIntake:
         """The shared repo, or `<owner>/eval-<client_id>-<batch_id>`."""
         if self.settings.repo:
             return self.settings.repo
-        if not self.settings.owner:
-            raise ConfigError("SAAS_EVAL_OWNER is not set: name the user or org that owns "
-                              "eval repos (or set SAAS_EVAL_REPO=owner/name)")
-        return f"{self.settings.owner}/eval-{client_id}-{batch_id}"
+        return f"{self.settings.require_owner()}/eval-{client_id}-{batch_id}"
 
     # -- issues -------------------------------------------------------------------------
 
@@ -229,7 +222,7 @@ class EvalIntake:
         numbers = {t.task_id: t.issue_number for t in tasks if t.issue_number is not None}
         pending = [t for t in tasks if t.issue_number is None and t.status == "pending"]
         created: dict[str, int] = {}
-        if pending:
+        if pending:  # reaching the end below means every pending task now has its issue
             gitea = self.gitea
             gitea.ensure_repo(batch.repo)
             label_id = gitea.ensure_label(batch.repo, self.settings.task_label, LABEL_COLOR)
@@ -241,8 +234,7 @@ class EvalIntake:
             numbers.update(created)
             log.info("batch %s: created %d issues in %s", batch.batch_id, len(created),
                      batch.repo)
-        if len(numbers) == len(tasks) or not pending:
-            self.store.update_batch(batch.batch_id, intake_done=True)
+        self.store.update_batch(batch.batch_id, intake_done=True)
         return numbers, created
 
     def _adopt_existing(self, batch: BatchRecord, pending: list[TaskRecord]) -> dict[str, int]:
@@ -576,6 +568,13 @@ def _missing(why: str) -> dict[str, Any]:
 
 def _opened(issue: ForgeIssue) -> dict[str, Any]:
     return {"status": "open", "issue_number": issue.number, "issue_url": issue.html_url}
+
+
+def check_task_count(count: int, limit: int) -> None:
+    """Reject a batch with more tasks than the per-batch limit."""
+    if count > limit:
+        raise BatchRejected("too_many_tasks", f"{count} tasks; the limit is {limit}",
+                            field="tasks", limit=limit)
 
 
 def rejection_from_validation(exc: ValidationError) -> BatchRejected:

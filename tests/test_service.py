@@ -62,8 +62,7 @@ def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> 
 def test_run_without_forge_names_the_setting(tmp_path: Path) -> None:
     result = _cli(tmp_path, "run", "--once", env=_env())
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        result.stderr.strip().splitlines()[-1]]
+    assert len(result.stderr.strip().splitlines()) == 1
     assert "SAAS_EVAL_GITEA_URL" in result.stderr and "--sandbox" in result.stderr
 
 
