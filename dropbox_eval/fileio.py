@@ -1,45 +1,66 @@
-"""Atomic file replacement shared by the store, the inbox and the file emitter."""
+"""The one atomic writer, shared by the store, the inbox and the file emitter."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new file, never a mix.
 
-    Temp file in the same folder, flush, fsync, rename over the target, fsync the folder.
+def temp_name(name: str) -> str:
+    """The hidden name a write of `name` goes through (deterministic: a write interrupted by
+    a kill is replaced by the next write of the same name, so no temp file is left behind
+    for good). Adds 5 bytes to the name."""
+    return f".{name}.tmp"
+
+
+def write_at(folder_fd: int, name: str, data: bytes, *, tmp: str | None = None) -> None:
+    """Atomically write `data` as `name` in the folder open as `folder_fd`.
+
+    Temp file in the same folder (never following a link), flush, fsync, rename over the
+    target, fsync the folder: readers see the old or the new file, never a mix.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = tmp or temp_name(name)
+    fd = os.open(tmp, _TMP_FLAGS, 0o644, dir_fd=folder_fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o644)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=folder_fd)
         raise
-    fsync_dir(path.parent)
+    os.fsync(folder_fd)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (see `write_at`), creating the folder if needed.
+
+    The temp name is random here: several processes may write files in one state folder.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder_fd = os.open(path.parent, _DIR_FLAGS)
+    try:
+        write_at(folder_fd, path.name, text.encode("utf-8"),
+                 tmp=f".{path.name}.{secrets.token_hex(4)}.tmp")
+    finally:
+        os.close(folder_fd)
+
+
+def json_bytes(data: Any) -> bytes:
+    """Indented, key-sorted JSON (what people and programs read)."""
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Atomically write `data` as indented JSON (what people and programs read)."""
-    write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a rename or unlink in `folder` durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Atomically write `data` as indented JSON."""
+    write_atomically(path, json_bytes(data).decode("utf-8"))

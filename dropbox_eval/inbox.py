@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import stat
 import threading
 import time
@@ -44,12 +43,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import BatchRejected, ForgeError, NotFoundError
+from .fileio import json_bytes, temp_name, write_at
 from .intake import EvalIntake, check_task_count, rejection_from_validation
 from .models import BatchFile, is_valid_id, utcnow
 
 log = logging.getLogger("dropbox_eval")
 
 OUTCOME_DIRS = ("accepted", "rejected")
+OUTCOME_SUFFIX = {"accepted": ".receipt.json", "rejected": ".error.json"}
+NAME_MAX = 255
 TEMP_SUFFIXES = (".filepart", ".part", ".tmp", ".writing", ".partial", ".crdownload")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -336,7 +338,7 @@ class Inbox:
         except FileNotFoundError:
             raise _Skip("vanished", "the file disappeared before it was read") from None
         except BatchRejected as exc:
-            return self._reject(folder_fd, path, exc, None)
+            return self._reject(folder_fd, path, exc, None, None)
         except OSError as exc:  # permissions, I/O errors, a share gone away
             raise _Skip("unreadable", f"cannot open the file, will retry: {exc}") from exc
         try:
@@ -348,7 +350,7 @@ class Inbox:
             try:
                 raw = self._read(fd)
             except BatchRejected as exc:
-                return self._reject(folder_fd, path, exc, None)
+                return self._reject(folder_fd, path, exc, None, fd)
             except OSError as exc:
                 raise _Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
             sha256 = hashlib.sha256(raw).hexdigest()
@@ -360,8 +362,8 @@ class Inbox:
                     result = self.intake.accept(batch, client_id, source=str(
                         path.relative_to(self.root)), sha256=sha256)
             except BatchRejected as exc:
-                return self._reject(folder_fd, path, exc, sha256)
-            return self._accept(folder_fd, path, result, client_id, sha256)
+                return self._reject(folder_fd, path, exc, sha256, fd)
+            return self._accept(folder_fd, path, result, client_id, sha256, fd)
         finally:
             os.close(fd)
 
@@ -485,35 +487,38 @@ class Inbox:
     # -- filing away ----------------------------------------------------------------------
 
     def _accept(self, folder_fd: int, path: Path, result: dict[str, Any], client_id: str,
-                sha256: str) -> Outcome:
+                sha256: str, fd: int) -> Outcome:
         receipt = {**result, "client_id": client_id, "sha256": sha256, "file": path.name,
                    "accepted_at": utcnow().isoformat()}
-        final = self._file_away(folder_fd, path, "accepted", receipt, ".receipt.json")
+        final = self._file_away(folder_fd, path, "accepted", receipt, fd)
+        if final is not None and not result.get("duplicate") and not result.get("cancel"):
+            self.intake.store.update_batch(result["batch_id"], filed=True)
         log.info("file %s: accepted as batch %s%s", path, result["batch_id"],
                  " (duplicate of an earlier drop)" if result.get("duplicate") else "")
         return Outcome("accepted", final, receipt)
 
     def _reject(self, folder_fd: int, path: Path, error: BatchRejected,
-                sha256: str | None) -> Outcome:
+                sha256: str | None, fd: int | None) -> Outcome:
         document = {**error.as_dict(), "file": path.name, "sha256": sha256,
                     "rejected_at": utcnow().isoformat()}
-        final = self._file_away(folder_fd, path, "rejected", document, ".error.json")
+        final = self._file_away(folder_fd, path, "rejected", document, fd)
         log.warning("file %s: rejected (%s): %s", path, error.reason, error.message)
         return Outcome("rejected", final, document)
 
     def _file_away(self, folder_fd: int, path: Path, outcome: str, document: dict[str, Any],
-                   suffix: str) -> Path | None:
+                   fd: int | None) -> Path | None:
         """Write the receipt/error file, then move the drop beside it (receipt first, so a
-        client that sees its file moved also sees why)."""
+        client that sees its file moved also sees why). Only the file that was read (`fd`)
+        is moved: a new upload that took its name meanwhile stays in the inbox."""
+        suffix = OUTCOME_SUFFIX[outcome]
         out_fd = self._outcome_folder(folder_fd, path, outcome)
         try:
-            target = _free_name(out_fd, path.name, suffix)
-            _write_json_at(out_fd, f"{target}{suffix}", document)
-            try:
-                os.rename(path.name, target, src_dir_fd=folder_fd, dst_dir_fd=out_fd)
-            except FileNotFoundError:
-                log.warning("file %s: removed by its owner while being filed as %s", path,
-                            outcome)
+            target = _choose_target(out_fd, path.name, suffix, document)
+            if target != path.name:
+                document["filed_as"] = target
+            write_at(out_fd, f"{target}{suffix}", json_bytes(document))
+            if not _move(fd, folder_fd, path.name, out_fd, target):
+                log.warning("file %s: vanished while being filed as %s", path, outcome)
                 if outcome == "rejected":
                     with contextlib.suppress(OSError):
                         os.unlink(f"{target}{suffix}", dir_fd=out_fd)
@@ -567,7 +572,7 @@ def _decode(raw: bytes) -> str:
 
 def _load_json(text: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except RecursionError as exc:
         raise BatchRejected("invalid_json", "JSON is nested too deeply") from exc
     except json.JSONDecodeError as exc:
@@ -576,6 +581,12 @@ def _load_json(text: str) -> Any:
         raise BatchRejected("invalid_json", f"not valid JSON: {exc.msg} at line {exc.lineno} "
                             f"column {exc.colno}{hint}", line=exc.lineno, column=exc.colno
                             ) from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise BatchRejected("invalid_json", f"not valid JSON: {exc}") from exc
+
+
+def _no_constant(name: str) -> Any:
+    raise BatchRejected("invalid_json", f"{name} is not a JSON number (RFC 8259)")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -643,34 +654,99 @@ def _exists_at(folder_fd: int, name: str) -> bool:
     return True
 
 
-def _free_name(folder_fd: int, name: str, suffix: str) -> str:
-    """`name`, or `stem.N.ext`, such that neither it nor its receipt/error file exists."""
+def outcome_name(name: str, suffix: str, counter: int = 0) -> str:
+    """The name a drop is filed under: `name`, or `stem.N.ext` for the Nth clash.
+
+    Shortened when the receipt or error file's temporary name would pass the 255-byte limit
+    of file names: the stem is cut (at a character boundary) and `~` plus 8 hex digits of
+    the original name's sha256 keep different long names apart. Every legal name fits.
+    """
     stem, ext = os.path.splitext(name)
-    target = name
-    counter = 1
-    while _exists_at(folder_fd, target) or _exists_at(folder_fd, f"{target}{suffix}"):
-        target = f"{stem}.{counter}{ext}"
+    tag = f".{counter}" if counter else ""
+    candidate = f"{stem}{tag}{ext}"
+    budget = NAME_MAX - len(temp_name(suffix).encode()) - 1  # `.{target}{suffix}.tmp`
+    if len(candidate.encode()) <= budget:
+        return candidate
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    keep = budget - len(f"~{digest}{tag}{ext}".encode())
+    short = stem.encode("utf-8", "surrogateescape")[:keep].decode("utf-8", "ignore")
+    return f"{short}~{digest}{tag}{ext}"
+
+
+def _choose_target(out_fd: int, name: str, suffix: str, document: dict[str, Any]) -> str:
+    """The first free outcome name; or the name whose receipt/error file an interrupted
+    filing of this very drop already wrote (same bytes, same batch), so that after a crash
+    the file and its receipt end up side by side, once."""
+    counter = 0
+    while True:
+        target = outcome_name(name, suffix, counter)
+        if not _exists_at(out_fd, target):
+            earlier = _read_small_json(out_fd, f"{target}{suffix}")
+            if earlier is _ABSENT or _same_filing(earlier, document):
+                return target
         counter += 1
-    return target
 
 
-def _write_json_at(folder_fd: int, name: str, data: Any) -> None:
-    """Atomically write JSON into the folder behind `folder_fd` (temp file, fsync, rename)."""
-    payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o644, dir_fd=folder_fd)
+def _same_filing(earlier: Any, document: dict[str, Any]) -> bool:
+    return (isinstance(earlier, dict) and earlier.get("sha256") == document.get("sha256")
+            and earlier.get("batch_id") == document.get("batch_id"))
+
+
+_ABSENT = object()
+
+
+def _read_small_json(folder_fd: int, name: str) -> Any:
     try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o644)
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=folder_fd)
-        raise
+        fd = os.open(name, _FILE_FLAGS, dir_fd=folder_fd)
+    except FileNotFoundError:
+        return _ABSENT
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            return json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+
+
+def _move(fd: int | None, folder_fd: int, name: str, out_fd: int, target: str) -> bool:
+    """Move the drop into the outcome folder; False only when a file that was never opened
+    (a symlink) vanished meanwhile.
+
+    With the file open (`fd`), the very inode that was read is linked into place through
+    /proc, and the inbox name is removed only while it still names that inode; a new upload
+    that took the name stays for the next look. A drop that was replaced or deleted while
+    it was being taken in is filed from the open descriptor, so its bytes are kept all the
+    same. Without /proc or hard links (some shares), a rename after the same check.
+    """
+    if fd is None:
+        try:
+            os.rename(name, target, src_dir_fd=folder_fd, dst_dir_fd=out_fd)
+        except FileNotFoundError:
+            return False
+        return True
+    if os.fstat(fd).st_nlink == 0:
+        write_at(out_fd, target, _read_all(fd))
+        return True
+    try:
+        os.link(f"/proc/self/fd/{fd}", target, dst_dir_fd=out_fd, follow_symlinks=True)
+    except OSError:  # no /proc, no hard links, protected_hardlinks
+        if not _same_file(folder_fd, name, fd):
+            write_at(out_fd, target, _read_all(fd))
+            return True
+        os.rename(name, target, src_dir_fd=folder_fd, dst_dir_fd=out_fd)
+        return True
+    if _same_file(folder_fd, name, fd):
+        os.unlink(name, dir_fd=folder_fd)
+    return True
+
+
+def _read_all(fd: int) -> bytes:
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, _READ_CHUNK, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 def _list_dir(folder: Path) -> list[os.DirEntry[str]]:

@@ -40,7 +40,7 @@ from .report import build_report, read_result
 log = logging.getLogger("dropbox_eval")
 
 LEASE_WAIT_SECONDS = 120.0
-MARKER_RE = re.compile(r"<!-- dropbox-eval:task batch=(\S+) task=(\S+) -->")
+MARKER_RE = re.compile(r"<!-- dropbox-eval:task batch=([A-Za-z0-9._-]+) task=([A-Za-z0-9._-]+) -->")
 # `since` is taken from the forge's own clock (the Date of the previous listing), so one
 # second covers its whole-second precision; our clock is used only without a Date header.
 SINCE_OVERLAP = timedelta(seconds=1)
@@ -56,14 +56,30 @@ def marker(batch_id: str, task_id: str) -> str:
     return f"<!-- dropbox-eval:task batch={batch_id} task={task_id} -->"
 
 
+def neutralised(text: str) -> str:
+    """Client text with HTML comments made visible (`<!--` -> `&lt;!--`), so a task cannot
+    carry a marker, or hide anything from the people reading the issue."""
+    return text.replace("<!--", "&lt;!--")
+
+
 def issue_body(batch_id: str, task: TaskSpec) -> str:
-    """Task spec + acceptance + `batch:` line + marker."""
-    parts = [task.body.strip()] if task.body.strip() else []
+    """Task spec + acceptance + `batch:` line + marker, which is always the last line."""
+    body = neutralised(task.body.strip())
+    parts = [body] if body else []
     if task.acceptance:
-        parts.append("## Acceptance\n" + "\n".join(f"- [ ] {item}" for item in task.acceptance))
+        parts.append("## Acceptance\n" + "\n".join(f"- [ ] {neutralised(item)}"
+                                                   for item in task.acceptance))
     parts.append(f"batch: {batch_id}\ntask: {task.task_id}")
     parts.append(marker(batch_id, task.task_id))
     return "\n\n".join(parts) + "\n"
+
+
+def read_marker(body: str) -> tuple[str, str] | None:
+    """(batch_id, task_id) of the marker the service wrote: the body's last line, exactly.
+    A marker anywhere else is client text and does not count."""
+    lines = body.rstrip().splitlines()
+    match = MARKER_RE.fullmatch(lines[-1].strip()) if lines else None
+    return (match.group(1), match.group(2)) if match else None
 
 
 class EvalIntake:
@@ -150,7 +166,8 @@ class EvalIntake:
         with self.store.locked():
             existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
             if existing:
-                return self.store.get_batch(existing), [], True
+                earlier = self.store.get_batch(existing)
+                return earlier, [], not _own_unfiled(earlier, source, sha256)
             cost = self.core.check_funded(client_id, len(batch.tasks))
             record = self._new_record(batch, client_id, cost, source, sha256)
             tasks = [
@@ -243,9 +260,9 @@ class EvalIntake:
         since = batch.created_at - ADOPT_MARGIN
         for issue in self.gitea.iter_issues(batch.repo, labels=self.settings.task_label,
                                             since=since):
-            for marked_batch, task_id in MARKER_RE.findall(issue.body):
-                if marked_batch == batch.batch_id and task_id in wanted:
-                    found.setdefault(task_id, issue)
+            marked = read_marker(issue.body)
+            if marked is not None and marked[0] == batch.batch_id and marked[1] in wanted:
+                found.setdefault(marked[1], issue)
         self.store.update_tasks(batch.batch_id, {k: _opened(i) for k, i in found.items()})
         if found:
             log.info("batch %s: found %d issues from an interrupted intake",
@@ -554,6 +571,13 @@ class EvalIntake:
         if batch.delivery_attempts == 0:
             return True
         return batch.next_delivery_at is not None and batch.next_delivery_at <= utcnow()
+
+
+def _own_unfiled(batch: BatchRecord, source: str | None, sha256: str | None) -> bool:
+    """The same drop, read again after a crash stopped it before it was filed: the batch
+    resumes; it is not a duplicate of itself."""
+    return (source is not None and not batch.filed and batch.source == source
+            and batch.sha256 == sha256)
 
 
 def _applied(tasks: list[TaskRecord], changes: dict[str, dict[str, Any]]) -> list[TaskRecord]:

@@ -162,6 +162,7 @@ class BatchRecord(BaseModel):
     emitted_at: datetime | None = None
     last_polled_at: datetime | None = None
     intake_done: bool = False
+    filed: bool = False  # the dropped file sits beside its receipt
     cancel_requested: bool = False
     delivery_attempts: int = 0
     next_delivery_at: datetime | None = None

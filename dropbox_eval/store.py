@@ -88,7 +88,8 @@ class Store:
         self._remove_stale_temp_files()
 
     def _remove_stale_temp_files(self) -> None:
-        """Temp files left by a crash. Only old ones: another process may be mid-write."""
+        """Temp files and leases of archived batches left by a crash. Only old temp files:
+        another process may be mid-write."""
         cutoff = time.time() - STALE_TEMP_SECONDS
         with self.locked():
             for folder in (self.state_dir, self.batches_dir, self.tasks_dir):
@@ -96,6 +97,10 @@ class Store:
                     with contextlib.suppress(FileNotFoundError):
                         if tmp.stat().st_mtime < cutoff:
                             tmp.unlink()
+            live = {row["batch_id"] for row in self.list_batches(live_only=True)}
+            for lease in self.leases_dir.glob("*.lock"):
+                if lease.stem not in live:
+                    self._drop_lease(lease.stem)
 
     @contextlib.contextmanager
     def intake_lease(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
@@ -289,6 +294,13 @@ class Store:
             data["batches"] = {k: r for k, r in data["batches"].items()
                                if r["batch_id"] != batch.batch_id}
             data["ledger"] = {k: e for k, e in data["ledger"].items() if k not in entries}
+        self._drop_lease(batch.batch_id)
+
+    def _drop_lease(self, batch_id: str) -> None:
+        """An emitted batch's issues are never created or closed again: its lease file goes
+        (the leases folder holds only live batches)."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.leases_dir / f"{batch_id}.lock").unlink()
 
     def _archived(self, kind: str) -> list[dict[str, Any]]:
         path = self.archive_dir / f"{kind}.jsonl"
