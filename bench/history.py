@@ -29,8 +29,9 @@ from _common import (
     settings_for,
 )
 
+from dropbox_eval.app import App, build_app
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App, Service, build_app
+from dropbox_eval.service import Service
 
 TARGET_RATIO = 1.2
 
@@ -61,10 +62,10 @@ def one_batch(app: App, forge: SandboxForge, index: int, tasks: int) -> Timing:
                                comment="Verdict: pass.\n\n```json\n{\"score\": 1}\n```",
                                labels=["eval-pass"])
         with Stopwatch() as poll:
-            finished = app.intake.poll_completed(batch_id)
+            finished = app.poller.poll_completed(batch_id)
     assert len(finished) == tasks, f"batch {index}: {len(finished)} of {tasks} finished"
     with Stopwatch() as emitted:
-        app.intake.emit(batch_id)
+        app.delivery.emit(batch_id)
     return Timing(intake.seconds, poll.seconds, emitted.seconds, io)
 
 

@@ -1,7 +1,7 @@
 """Intake throughput: one N-task batch through the product vs a plain `requests` loop.
 
 Both create the same N issues (same title, body, label) with 4 threads against a fresh
-sandbox forge repo; the product run is `EvalIntake.submit_batch` end to end (validation,
+sandbox forge repo; the product run is `Intake.submit_batch` end to end (validation,
 store, repo + label, issues, store flushes). Runs alternate (raw, product, product, raw, ...)
 so drift hits both; the figure is the median of the per-pair ratios (raw time / product
 time), which keeps a burst of load from other processes on this 2-core box out of it.
@@ -35,11 +35,12 @@ from _common import (
     settings_for,
 )
 
+from dropbox_eval.app import build_app
 from dropbox_eval.forge import GiteaClient
-from dropbox_eval.intake import LABEL_COLOR, issue_body
+from dropbox_eval.intake import LABEL_COLOR
+from dropbox_eval.markers import issue_body
 from dropbox_eval.models import TaskSpec
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import build_app
 
 TARGET_RATIO = 0.8
 THREADS = 4

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
 
+from dropbox_eval.app import build_app
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service, build_app
+from dropbox_eval.service import Service
 
 TARGET_P50_MS = 100.0
 WAIT_LIMIT = 30.0

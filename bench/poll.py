@@ -29,9 +29,10 @@ from _common import (
     settings_for,
 )
 
+from dropbox_eval.app import build_app
 from dropbox_eval.forge import PAGE_LIMIT, GiteaClient
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service, build_app
+from dropbox_eval.service import Service
 
 
 class Cycle:

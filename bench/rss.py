@@ -47,7 +47,8 @@ def child_baseline() -> dict[str, Any]:
 
 def child_service(url: str, token: str, user: str, batches: int, tasks: int) -> dict[str, Any]:
     """Take the batches in, wait for the lane (parent), run two poll cycles; report RSS."""
-    from dropbox_eval.service import Service, build_app
+    from dropbox_eval.app import build_app
+    from dropbox_eval.service import Service
 
     out: dict[str, Any] = {"after_batch_kib": []}
     with tempfile.TemporaryDirectory(prefix="bench-rss-") as home:

@@ -8,30 +8,40 @@ answers 404, exactly like a batch that does not exist.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from . import __version__
-from .errors import (
-    BatchRejected,
-    ConfigError,
-    DeliveryError,
-    DropboxEvalError,
-    ForgeError,
-    NotFoundError,
-)
-from .intake import rejection_from_validation
+from .app import App
+from .errors import BatchRejected, Conflict, DropboxEvalError, NotFoundError, answer_for
+from .inbox.parse import check_size, parse_batch
+from .intake import API_SOURCE
 from .models import BatchFile, BatchRecord, Client
 from .report import status_counts
-from .service import App
 
-REJECTION_STATUS = {"unfunded": 402, "unknown_client": 403, "client_mismatch": 403}
+
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """A JSON schema with its local `$defs` references written out (for OpenAPI)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inlined(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inlined(item, defs) for item in schema]
+    return schema
+
+
+_SCHEMA = BatchFile.model_json_schema()
+BATCH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": _inlined(_SCHEMA, _SCHEMA.get("$defs", {}))}}}}
+
 bearer = HTTPBearer(auto_error=False)
 
 
@@ -43,20 +53,15 @@ class Problem(BaseModel):
     message: str
 
 
-class ApiProblem(Exception):
-    """Raised by a handler; answered as `{"ok": false, "reason", "message", ...}`."""
-
-    def __init__(self, status: int, reason: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.body = status, {"ok": False, "reason": reason, "message": message,
-                                          **extra}
-
-    @classmethod
-    def rejected(cls, exc: BatchRejected) -> ApiProblem:
-        """The answer to a batch the inbox would have rejected."""
-        problem = cls(REJECTION_STATUS.get(exc.reason, 422), exc.reason, exc.message)
-        problem.body.update(exc.as_dict())
-        return problem
+def problem_response(error: DropboxEvalError) -> JSONResponse:
+    """The answer to an error, from the one table (errors.answer_for)."""
+    status, _, reason = answer_for(error)
+    body: dict[str, Any] = {"ok": False, "reason": reason, "message": str(error)}
+    if isinstance(error, BatchRejected):
+        body.update(error.as_dict())
+    elif isinstance(error, Conflict):
+        body.update(error.details)
+    return JSONResponse(body, status_code=status)
 
 
 def _client_of(
@@ -80,7 +85,7 @@ def create_api(app: App) -> FastAPI:
                   description="Eval batches: submit, follow, emit, cancel.")
     api.state.components = app
     problems: dict[int | str, dict[str, Any]] = {
-        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 422, 502)}
+        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503)}
 
     def owned(batch_id: str, client: Client) -> BatchRecord:
         try:
@@ -91,9 +96,9 @@ def create_api(app: App) -> FastAPI:
             raise HTTPException(404, f"no batch {batch_id!r}")
         return batch
 
-    @api.exception_handler(ApiProblem)
-    def problem(_request: Request, exc: ApiProblem) -> JSONResponse:
-        return JSONResponse(exc.body, status_code=exc.status)
+    @api.exception_handler(DropboxEvalError)
+    def problem(_request: Request, exc: DropboxEvalError) -> JSONResponse:
+        return problem_response(exc)
 
     @api.exception_handler(HTTPException)
     def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
@@ -106,23 +111,20 @@ def create_api(app: App) -> FastAPI:
         errors = [{"field": ".".join(str(p) for p in e["loc"][1:]), "reason": e["msg"]}
                   for e in exc.errors()[:20]]
         message = f"{errors[0]['field']}: {errors[0]['reason']}" if errors else "invalid request"
-        body = {"ok": False, "reason": "invalid_batch", "message": message, "errors": errors}
+        body = {"ok": False, "reason": "invalid_request", "message": message, "errors": errors}
         return JSONResponse(body, status_code=422)
 
-    @api.post("/api/eval/batches", status_code=201, responses=problems)
-    def submit(document: dict[str, Any], client: Caller, response: Response) -> dict[str, Any]:
-        """Submit a batch (same validation and funded check as the inbox)."""
+    @api.post("/api/eval/batches", status_code=201, responses=problems,
+              openapi_extra=BATCH_BODY)
+    async def submit(request: Request, client: Caller, response: Response) -> dict[str, Any]:
+        """Submit a batch: the inbox's parser, limits, answers and funded check."""
+        raw = await _body(request, app.settings.max_file_bytes)
+        batch = parse_batch(raw, max_bytes=app.settings.max_file_bytes,
+                            max_tasks=app.settings.max_tasks)
         # the same body again is the same batch (a client retrying a timed-out POST)
-        sha256 = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
-        try:
-            batch = BatchFile.model_validate(document)
-            result = app.intake.accept(batch, client.client_id, source="api", sha256=sha256)
-        except ConfigError as exc:
-            raise ApiProblem(503, "not_configured", str(exc)) from exc
-        except ValidationError as exc:
-            raise ApiProblem.rejected(rejection_from_validation(exc)) from exc
-        except BatchRejected as exc:
-            raise ApiProblem.rejected(exc) from exc
+        sha256 = hashlib.sha256(raw).hexdigest()
+        result = await run_in_threadpool(app.intake.accept, batch, client.client_id,
+                                         source=API_SOURCE, sha256=sha256)
         if result.get("duplicate"):
             response.status_code = 200
         return result
@@ -156,28 +158,27 @@ def create_api(app: App) -> FastAPI:
              force: Annotated[bool, Query()] = False) -> dict[str, Any]:
         """Deliver the report of a finished batch (again with `force`)."""
         batch = owned(batch_id, client)
-        try:
-            result = app.intake.emit(batch.batch_id, force=force)
-        except DeliveryError as exc:
-            raise ApiProblem(502, "delivery_failed", str(exc)) from exc
-        if not result["ok"]:
-            raise ApiProblem(409, "not_finished", f"{result['done']}/{result['total']} tasks "
-                             "finished", done=result["done"], total=result["total"])
-        return result
+        return app.delivery.emit(batch.batch_id, force=force)
 
     @api.post("/api/eval/batches/{batch_id}/cancel", responses=problems)
     def cancel(batch_id: str, client: Caller) -> dict[str, Any]:
         """Cancel a running batch; finished results are kept, the report is emitted."""
         batch = owned(batch_id, client)
-        if batch.status != "running":
-            raise ApiProblem(409, "not_running", f"batch is {batch.status}")
-        try:
-            done = app.intake.cancel(batch.batch_id)
-        except ForgeError as exc:
-            raise ApiProblem(502, "forge_error", f"cancel stored, finishing later: {exc}") from exc
-        except DropboxEvalError as exc:
-            raise ApiProblem(409, "not_running", str(exc)) from exc
+        done = app.lifecycle.cancel(batch.batch_id)
         return {"ok": True, "batch_id": done.batch_id, "status": done.status,
                 "charged": done.charged}
 
     return api
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it passes the limit: never parsed whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit():
+        check_size(int(declared), limit)
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        check_size(total, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -16,8 +16,6 @@ from .errors import BatchRejected, DropboxEvalError, NotFoundError
 from .models import ID_PATTERN, Client, LedgerEntry, LedgerKind, is_valid_id, utcnow
 from .store import Store
 
-LANE_FINISHED = frozenset({"passed", "failed", "closed"})
-
 
 def new_webhook_secret() -> str:
     """A Standard Webhooks secret: `whsec_` + base64 of 24 random bytes."""

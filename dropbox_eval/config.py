@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .forge import GiteaClient
 
 ENV_PREFIX = "SAAS_EVAL_"
 _REPO_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}/[A-Za-z0-9._-]{1,100}$")
@@ -47,6 +50,9 @@ class Settings(BaseSettings):
     delivery_retry_base: float = Field(default=60.0, gt=0)
     delivery_max_attempts: int = Field(default=8, ge=1)
     forge_timeout: float = Field(default=30.0, gt=0)
+    retry_base: float = Field(default=5.0, gt=0)
+    retry_cap: float = Field(default=600.0, gt=0)
+    max_attempts: int = Field(default=20, ge=1)
     callback_timeout: float = Field(default=10.0, gt=0)
 
     @field_validator("gitea_url")
@@ -100,6 +106,13 @@ class Settings(BaseSettings):
                     "server, or run with --sandbox to use the embedded sandbox forge"
                 )
         self.require_owner()
+
+    def forge_client(self, client: GiteaClient | None) -> GiteaClient:
+        """`client`, or the one-line error naming the setting that is missing."""
+        if client is None:
+            self.require_forge()
+            raise ConfigError("the forge is configured but this command runs without it")
+        return client
 
     def require_owner(self) -> str:
         """The user or org owning eval repos, or a one-line error naming what to set."""

@@ -14,6 +14,12 @@ Tree::
     |       +-- ForgeNotFound  404: repo or issue does not exist (deleted)
     +-- DeliveryError          a report could not be delivered (emitter.py is the boundary)
     +-- AlreadyRunning         another service instance holds the state folder
+    +-- Conflict               the operation does not fit the batch's state
+        +-- NotFinished        emit of a batch that is still running
+        +-- NotRunning         cancel of a batch that already ended
+        +-- Busy               another process is creating the batch's issues
+
+`answer_for` is the one table from an error to its HTTP status and CLI exit code.
 """
 
 from __future__ import annotations
@@ -87,3 +93,61 @@ class ForgeNotFound(ForgePermanent):
 
 class DeliveryError(DropboxEvalError):
     """A report could not be delivered to its callback URL."""
+
+
+class Conflict(DropboxEvalError):
+    """The operation does not fit the batch's current state; `reason` is a stable code."""
+
+    reason = "conflict"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class NotFinished(Conflict):
+    """The batch still has unfinished tasks."""
+
+    reason = "not_finished"
+
+
+class NotRunning(Conflict):
+    """The batch has already ended."""
+
+    reason = "not_running"
+
+
+class Busy(Conflict):
+    """Another process holds the batch's lease; try again in a minute."""
+
+    reason = "busy"
+
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 0, 1, 2, 3, 4, 5
+REJECTION_HTTP_STATUS = {"unfunded": 402, "unknown_client": 403, "client_mismatch": 403,
+                         "too_large": 413}
+
+# (error class, HTTP status, exit code, reason code); the first matching row answers
+_ANSWERS: tuple[tuple[type[DropboxEvalError], int, int, str], ...] = (
+    (ConfigError, 503, EXIT_USAGE, "not_configured"),
+    (NotFoundError, 404, EXIT_NOT_FOUND, "not_found"),
+    (BatchRejected, 422, EXIT_REJECTED, "invalid_batch"),
+    (Conflict, 409, EXIT_FAILED, "conflict"),
+    (AlreadyRunning, 409, EXIT_RUNNING, "already_running"),
+    (ForgeError, 502, EXIT_FAILED, "forge_error"),
+    (DeliveryError, 502, EXIT_FAILED, "delivery_failed"),
+    (StoreError, 500, EXIT_FAILED, "state_error"),
+    (DropboxEvalError, 500, EXIT_FAILED, "error"),
+)
+
+
+def answer_for(error: DropboxEvalError) -> tuple[int, int, str]:
+    """(HTTP status, CLI exit code, reason code) of an error: the one table for both."""
+    for kind, http_status, exit_code, reason in _ANSWERS:
+        if isinstance(error, kind):
+            if isinstance(error, BatchRejected):
+                return REJECTION_HTTP_STATUS.get(error.reason, 422), exit_code, error.reason
+            if isinstance(error, Conflict):
+                return http_status, exit_code, error.reason
+            return http_status, exit_code, reason
+    raise AssertionError("DropboxEvalError is the last row")

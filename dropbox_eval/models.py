@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
@@ -13,13 +14,46 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 LedgerKind = Literal["fund", "hold", "charge", "release"]
-BatchStatus = Literal["running", "completed", "emitted", "cancelled", "expired"]
-TaskStatus = Literal[
-    "pending", "open", "passed", "failed", "closed", "missing", "cancelled", "expired"
-]
-FINISHED_TASK_STATUSES: frozenset[str] = frozenset(
-    {"passed", "failed", "closed", "missing", "cancelled", "expired"}
-)
+
+
+class BatchStatus(StrEnum):
+    """Where a batch is: `running` until every task finished, then one terminal status."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    EMITTED = "emitted"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    FAILED = "failed"
+
+    @property
+    def is_finished(self) -> bool:
+        """Every status but `running` is final."""
+        return self is not BatchStatus.RUNNING
+
+
+class TaskStatus(StrEnum):
+    """`pending` (no issue yet) -> `open` -> a finished status."""
+
+    PENDING = "pending"
+    OPEN = "open"
+    PASSED = "passed"
+    FAILED = "failed"
+    CLOSED = "closed"
+    MISSING = "missing"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    ABORTED = "aborted"
+
+    @property
+    def is_finished(self) -> bool:
+        """Anything but `pending` and `open`."""
+        return self not in (TaskStatus.PENDING, TaskStatus.OPEN)
+
+    @property
+    def is_lane_verdict(self) -> bool:
+        """Finished by the lane (these are charged); the rest ended without its work."""
+        return self in (TaskStatus.PASSED, TaskStatus.FAILED, TaskStatus.CLOSED)
 
 
 def _check_id(value: str) -> str:
@@ -38,8 +72,10 @@ Id = Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_check_id)]
 
 
 def is_valid_id(value: str) -> bool:
-    """Client, task and batch_ref ids: safe in file and repo names."""
+    """Client, task, batch and batch_ref ids: safe in file and repo names."""
     return re.match(ID_PATTERN, value) is not None and ".." not in value
+
+
 Text = Annotated[str, AfterValidator(_check_text)]
 
 
@@ -134,7 +170,7 @@ class TaskRecord(BaseModel):
     issue_number: int | None = None
     issue_url: str | None = None
     payload: TaskSpec
-    status: TaskStatus = "pending"
+    status: TaskStatus = TaskStatus.PENDING
     result: TaskResult | None = None
     created_at: datetime
     finished_at: datetime | None = None
@@ -147,7 +183,7 @@ class BatchRecord(BaseModel):
     client_id: str
     batch_ref: str | None = None
     callback_url: str | None = None
-    status: BatchStatus = "running"
+    status: BatchStatus = BatchStatus.RUNNING
     repo: str
     source: str | None = None
     sha256: str | None = None
@@ -168,6 +204,10 @@ class BatchRecord(BaseModel):
     next_delivery_at: datetime | None = None
     last_delivery_error: str | None = None
     report: dict[str, Any] | None = None
+    attempts: int = 0  # forge visits that failed in a row (intake, polling, closing)
+    last_error: str | None = None
+    next_attempt_at: datetime | None = None
+    failure: str | None = None  # why a `failed` batch failed, in the client's words
 
 
 class Client(BaseModel):
@@ -223,3 +263,4 @@ class Report(BaseModel):
     created_at: datetime
     completed_at: datetime | None
     charged: int | None = None
+    failure: str | None = None

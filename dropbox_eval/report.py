@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from .forge import ForgeComment, ForgeIssue
-from .models import BatchRecord, Report, ReportResult, TaskRecord, TaskResult
+from .models import BatchRecord, Report, ReportResult, TaskRecord, TaskResult, TaskStatus
 
 _JSON_FENCE_RE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL)
 _FENCE_RE = re.compile(r"```.*?```", re.DOTALL)
@@ -16,9 +16,10 @@ SUMMARY_LIMIT = 2000
 
 def read_result(
     issue: ForgeIssue, comments: list[ForgeComment], label_results: dict[str, str]
-) -> tuple[str, TaskResult]:
+) -> tuple[TaskStatus, TaskResult]:
     """Status from the labels, summary and details from the final comment."""
-    status = next((label_results[n] for n in issue.labels if n in label_results), "closed")
+    status = TaskStatus(next((label_results[n] for n in issue.labels if n in label_results),
+                             TaskStatus.CLOSED))
     final = comments[-1].body if comments else ""
     details: Any = None
     fenced = _JSON_FENCE_RE.search(final)
@@ -36,10 +37,9 @@ def status_counts(tasks: list[TaskRecord], *, every_status: bool = False) -> dic
     """`total`, `passed`, `failed` and each other status that occurs (or every status)."""
     counts: dict[str, int] = {"total": len(tasks), "passed": 0, "failed": 0}
     if every_status:
-        for status in ("pending", "open", "closed", "missing", "cancelled", "expired"):
-            counts[status] = 0
+        counts.update({str(status): 0 for status in TaskStatus})
     for task in tasks:
-        counts[task.status] = counts.get(task.status, 0) + 1
+        counts[str(task.status)] = counts.get(str(task.status), 0) + 1
     return counts
 
 
@@ -49,7 +49,7 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
         batch_id=batch.batch_id, client_id=batch.client_id, batch_ref=batch.batch_ref,
         status=batch.status,
         counts=status_counts(tasks), created_at=batch.created_at,
-        completed_at=batch.completed_at, charged=batch.charged,
+        completed_at=batch.completed_at, charged=batch.charged, failure=batch.failure,
         results=[
             ReportResult(task_id=t.task_id, status=t.status, issue_url=t.issue_url,
                          summary=t.result.summary if t.result else "",

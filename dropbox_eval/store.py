@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
@@ -34,7 +33,7 @@ from tinydb.storages import Storage
 
 from .errors import NotFoundError, StoreError
 from .fileio import write_atomically
-from .models import BatchRecord, Client, LedgerEntry, TaskRecord, utcnow
+from .models import BatchRecord, Client, LedgerEntry, TaskRecord, is_valid_id, utcnow
 
 STALE_TEMP_SECONDS = 300
 
@@ -231,7 +230,7 @@ class Store:
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""
         path = self._batch_file(batch_id)
-        if not _safe_id(batch_id) or not path.exists():
+        if not is_valid_id(batch_id) or not path.exists():
             raise NotFoundError(f"no batch {batch_id!r}")
         with self._open(path) as db:
             row = db.table("batch").get(doc_id=1)
@@ -242,7 +241,7 @@ class Store:
     def get_tasks(self, batch_id: str) -> list[TaskRecord]:
         """Every task of the batch in file order."""
         path = self._tasks_file(batch_id)
-        if not _safe_id(batch_id) or not path.exists():
+        if not is_valid_id(batch_id) or not path.exists():
             raise NotFoundError(f"no batch {batch_id!r}")
         with self._open(path) as db:
             rows = db.table("tasks").all()
@@ -407,11 +406,3 @@ def _encode(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
-
-
-_BATCH_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-def _safe_id(batch_id: str) -> bool:
-    """Only ids that can be file names here (anything else is simply not found)."""
-    return _BATCH_ID_RE.match(batch_id) is not None and ".." not in batch_id

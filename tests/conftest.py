@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.emitter import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App, build_app
 
 
 @pytest.fixture
@@ -31,6 +31,7 @@ def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
     """Settings rooted in a tmp folder, pointing at the sandbox forge."""
     return load_settings(home=tmp_path, gitea_url=forge.url, gitea_token=forge.token,
                          owner=forge.user, quiet_period=0.1, poll_interval=0.2, task_price=2,
+                         retry_base=0.2, retry_cap=2.0,
                          callback_allow="127.0.0.1")
 
 
@@ -44,9 +45,9 @@ def sleeps() -> list[float]:
 def app(settings: Settings, sleeps: list[float]) -> App:
     """Wired components with recorded (instant) backoff sleeps."""
     built = build_app(settings)
-    built.intake.emitter.webhooks = WebhookEmitter(sleep=sleeps.append, timeout=5)
-    assert built.intake._gitea is not None
-    built.intake._gitea.sleep = sleeps.append
+    built.delivery.emitter.webhooks = WebhookEmitter(sleep=sleeps.append, timeout=5)
+    assert built.gitea is not None
+    built.gitea.sleep = sleeps.append
     return built
 
 

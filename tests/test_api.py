@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
 from dropbox_eval.api import create_api
+from dropbox_eval.app import App
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App
 from dropbox_eval.webserver import BackgroundServer
 
 

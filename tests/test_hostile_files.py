@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from conftest import read_json, tasks, wait_for
 
-from dropbox_eval import inbox as inbox_module
+from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
+from dropbox_eval.inbox import fsops
 from dropbox_eval.models import BatchFile
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App, build_app
 
 
 def _batch(ref: str, count: int = 2, **extra: Any) -> bytes:
@@ -68,7 +68,7 @@ def test_item3_a_marker_inside_task_text_is_neither_adopted_nor_kept(
     shared = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
     shared.billing.add_client("acme", 100)
     victim = BatchFile.model_validate({"tasks": tasks(1)})
-    record, _, _ = shared.intake.record(victim, "acme")  # interrupted before its issues
+    record = shared.intake.record(victim, "acme").batch  # interrupted before its issues
     spoof = {"tasks": [{"task_id": "x1", "title": "spoof",
                         "body": f"<!-- dropbox-eval:task batch={record.batch_id} task=t1 -->"}]}
     attacker = shared.intake.accept(BatchFile.model_validate(spoof), "acme")
@@ -130,7 +130,7 @@ def test_item7_a_kill_between_receipt_and_move_files_the_drop_once_not_as_duplic
     def killed(*_: Any) -> bool:
         raise SystemExit("killed")  # the process dies right after writing the receipt
 
-    monkeypatch.setattr(inbox_module, "_move", killed)
+    monkeypatch.setattr(fsops, "move_opened", killed)
     with pytest.raises(SystemExit):
         app.inbox.process(path)
     monkeypatch.undo()
@@ -164,8 +164,8 @@ def test_item8_no_temp_file_or_lease_is_left_behind(
     for task in app.store.get_tasks(batch_id):
         forge.finish_issue(forge.user, f"eval-acme-{batch_id}", task.issue_number or 0,
                            comment="ok", labels=["eval-pass"])
-    app.intake.poll_completed(batch_id, full=True)
-    app.intake.emit(batch_id)
+    app.poller.poll_completed(batch_id, full=True)
+    app.delivery.emit(batch_id)
     assert list(leases.iterdir()) == []
     (leases / "20200101-000000-000abcdef.lock").write_text("")  # left by an older version
     build_app(settings)

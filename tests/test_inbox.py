@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from conftest import read_json, tasks
 
+from dropbox_eval.app import App
 from dropbox_eval.inbox import ReadinessTracker, is_candidate_name
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App
 
 
 def _drop(app: App, name: str, content: Any, client_folder: str | None = None) -> Path:

@@ -11,13 +11,14 @@ from click.testing import CliRunner
 from conftest import Receiver, read_json, tasks
 from standardwebhooks import Webhook
 
+from dropbox_eval.app import App, build_app
 from dropbox_eval.callbacks import CallbackPolicy
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import BatchRejected
-from dropbox_eval.models import BatchFile, utcnow
+from dropbox_eval.models import BatchFile, BatchStatus, utcnow
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App, Service, build_app
+from dropbox_eval.service import Service
 
 
 def _repo(app: App, batch_id: str) -> tuple[str, str]:
@@ -43,14 +44,14 @@ def test_hold_then_charge_only_finished_tasks(app: App, forge: SandboxForge,
     _finish(app, forge, batch_id, ["t3"], label="eval-fail")
     owner, name = _repo(app, batch_id)
     forge.delete_issue(owner, name, app.store.get_tasks(batch_id)[3].issue_number or 0)
-    app.intake.poll_completed(batch_id, full=True)
+    app.poller.poll_completed(batch_id, full=True)
     batch = app.store.get_batch(batch_id)
     assert (batch.status, batch.charged) == ("completed", 6)  # the missing task is free
     client = app.billing.client(funded)
     assert (client.balance, client.held) == (94, 0)
     kinds = [(e.kind, e.amount, e.held_change) for e in app.store.ledger(funded)]
     assert kinds == [("fund", 100, 0), ("hold", 0, 8), ("charge", -6, 0), ("release", 0, -8)]
-    app.intake.poll_completed(batch_id)
+    app.poller.poll_completed(batch_id)
     assert len(app.store.ledger(funded)) == 4  # settled once
 
 
@@ -125,8 +126,8 @@ def test_signed_callback_verifies_with_standardwebhooks(app: App, forge: Sandbox
                                                         receiver: Receiver) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     _finish(app, forge, batch_id, ["t1"])
-    app.intake.poll_completed(batch_id)
-    app.intake.emit(batch_id)
+    app.poller.poll_completed(batch_id)
+    app.delivery.emit(batch_id)
     headers, body = receiver.received[0]
     secret = app.billing.client(funded).webhook_secret
     assert secret and secret.startswith("whsec_")
@@ -198,11 +199,11 @@ def test_cancel_after_completion_changes_nothing(app: App, forge: SandboxForge,
                                                  funded: str) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     _finish(app, forge, batch_id, ["t1", "t2"])
-    app.intake.poll_completed(batch_id)
+    app.poller.poll_completed(batch_id)
     with pytest.raises(Exception, match="only running batches"):
-        app.intake.cancel(batch_id)
-    batch = app.store.get_batch(batch_id)
-    closed_again = app.intake._close(batch, app.store.get_tasks(batch_id), "cancelled")
+        app.lifecycle.cancel(batch_id)
+    closed_again = app.settler.close(batch_id, app.store.get_tasks(batch_id),
+                                     BatchStatus.CANCELLED)
     assert closed_again.status == "completed"
     assert [e.kind for e in app.store.ledger(funded)].count("release") == 1
     assert app.billing.client(funded).held == 0
@@ -214,7 +215,7 @@ def test_expiry_ends_a_batch_whose_repo_is_gone(app: App, forge: SandboxForge, f
     batch_id = offline.intake.submit_batch(funded, tasks(2))["batch_id"]  # no forge: no repo
     assert [t.status for t in app.store.get_tasks(batch_id)] == ["pending", "pending"]
     app.store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
-    assert app.intake.expire_if_overdue(batch_id) is True
+    assert app.lifecycle.end_if_due(batch_id) is True
     batch = app.store.get_batch(batch_id)
     assert (batch.status, batch.charged) == ("expired", 0)
     assert app.billing.client(funded).held == 0

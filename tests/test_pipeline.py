@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import Receiver, read_json, tasks
 
-from dropbox_eval.intake import marker
+from dropbox_eval.app import App
+from dropbox_eval.errors import NotFinished
+from dropbox_eval.markers import marker
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App
 
 VERDICT = 'Looks good: all three checks pass.\n\nMore notes.\n\n```json\n{"score": 0.9}\n```\n'
 
@@ -68,7 +70,7 @@ def test_poll_stores_results_of_closed_issues_and_skips_open(app: App, forge: Sa
                        labels=["eval-pass"])
     forge.finish_issue(owner, name, by_task["t2"].issue_number or 0,
                        comment="Broken.\n\nstack trace", labels=["eval-fail"])
-    finished = app.intake.poll_completed(batch_id)
+    finished = app.poller.poll_completed(batch_id)
     assert sorted(finished) == ["t1", "t2"]
     after = {t.task_id: t for t in app.store.get_tasks(batch_id)}
     assert after["t1"].status == "passed"
@@ -89,7 +91,7 @@ def test_closed_without_verdict_label_is_closed_and_deleted_issue_is_missing(
     first, second = app.store.get_tasks(batch_id)
     forge.finish_issue(owner, name, first.issue_number or 0, comment=None, labels=[])
     forge.delete_issue(owner, name, second.issue_number or 0)
-    app.intake.poll_completed(batch_id, full=True)
+    app.poller.poll_completed(batch_id, full=True)
     status = {t.task_id: t.status for t in app.store.get_tasks(batch_id)}
     assert status == {"t1": "closed", "t2": "missing"}
     assert app.store.get_batch(batch_id).status == "completed"
@@ -99,9 +101,9 @@ def test_emit_posts_full_report_with_retries(app: App, forge: SandboxForge, fund
                                              receiver: Receiver, sleeps: list[float]) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
-    app.intake.poll_completed(batch_id)
+    app.poller.poll_completed(batch_id)
     receiver.answers = [500, 500]
-    result = app.intake.emit(batch_id)
+    result = app.delivery.emit(batch_id)
     assert result["ok"] is True
     assert len(receiver.received) == 3
     assert len(sleeps) == 2 and sleeps[1] > sleeps[0]
@@ -121,8 +123,8 @@ def test_emit_without_callback_writes_outbox_file(app: App, forge: SandboxForge,
                                                   funded: str) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     _finish_all(app, forge, batch_id, label="eval-fail")
-    app.intake.poll_completed(batch_id)
-    app.intake.emit(batch_id)
+    app.poller.poll_completed(batch_id)
+    app.delivery.emit(batch_id)
     report = read_json(app.settings.outbox_path / f"{batch_id}.json")
     assert report["counts"] == {"total": 2, "passed": 0, "failed": 2}
     assert list(app.settings.outbox_path.glob(".*.tmp")) == []
@@ -134,15 +136,15 @@ def test_batch_is_emitted_only_after_all_tasks_are_done(app: App, forge: Sandbox
     owner, name = _repo(app, batch_id)
     first = app.store.get_tasks(batch_id)[0]
     forge.finish_issue(owner, name, first.issue_number or 0, comment=VERDICT, labels=["eval-pass"])
-    app.intake.poll_completed(batch_id)
-    early = app.intake.emit(batch_id)
-    assert early == {"ok": False, "reason": "not_finished", "batch_id": batch_id, "done": 1,
-                     "total": 2}
+    app.poller.poll_completed(batch_id)
+    with pytest.raises(NotFinished) as early:
+        app.delivery.emit(batch_id)
+    assert early.value.details == {"done": 1, "total": 2}
     assert app.store.get_batch(batch_id).status == "running"
     assert not (app.settings.outbox_path / f"{batch_id}.json").exists()
     _finish_all(app, forge, batch_id)
-    app.intake.poll_completed(batch_id)
-    assert app.intake.emit(batch_id)["ok"] is True
+    app.poller.poll_completed(batch_id)
+    assert app.delivery.emit(batch_id)["ok"] is True
     assert app.store.get_batch(batch_id).status == "emitted"
 
 
@@ -150,12 +152,12 @@ def test_re_emit_is_idempotent_and_force_sends_identical_payload(
         app: App, forge: SandboxForge, funded: str, receiver: Receiver) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
-    app.intake.poll_completed(batch_id)
-    app.intake.emit(batch_id)
-    again = app.intake.emit(batch_id)
+    app.poller.poll_completed(batch_id)
+    app.delivery.emit(batch_id)
+    again = app.delivery.emit(batch_id)
     assert again["already_emitted"] is True
     assert len(receiver.received) == 1
-    app.intake.emit(batch_id, force=True)
+    app.delivery.emit(batch_id, force=True)
     assert len(receiver.received) == 2
     assert receiver.received[0][1] == receiver.received[1][1]
     assert receiver.received[0][0]["webhook-id"] == receiver.received[1][0]["webhook-id"]
@@ -165,10 +167,10 @@ def test_undeliverable_report_is_kept_and_scheduled(app: App, forge: SandboxForg
                                                     receiver: Receiver) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
-    app.intake.poll_completed(batch_id)
+    app.poller.poll_completed(batch_id)
     receiver.answers = [503, 503, 503]
     try:
-        app.intake.emit(batch_id)
+        app.delivery.emit(batch_id)
     except Exception as exc:  # noqa: BLE001
         assert "503" in str(exc)
     else:
@@ -178,7 +180,7 @@ def test_undeliverable_report_is_kept_and_scheduled(app: App, forge: SandboxForg
     assert batch.next_delivery_at is not None
     kept = app.settings.outbox_path / "undelivered" / f"{batch_id}.json"
     assert read_json(kept)["batch_id"] == batch_id
-    app.intake.emit(batch_id, force=True)
+    app.delivery.emit(batch_id, force=True)
     assert app.store.get_batch(batch_id).status == "emitted"
     assert not kept.exists()
     assert receiver.received[0][1] == receiver.received[-1][1]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from conftest import tasks
 
+from dropbox_eval.app import build_app
 from dropbox_eval.config import Settings
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service, build_app
+from dropbox_eval.service import Service
 
 
 def test_shared_repo_costs_one_request_per_idle_cycle(settings: Settings,
@@ -62,8 +63,8 @@ def test_full_cycle_probes_first_and_lists_only_when_issues_vanished(
 def test_an_unreadable_result_does_not_block_the_others(settings: Settings,
                                                         forge: SandboxForge) -> None:
     app = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
-    assert app.intake._gitea is not None
-    app.intake._gitea.sleep = lambda _seconds: None
+    assert app.gitea is not None
+    app.gitea.sleep = lambda _seconds: None
     app.billing.add_client("acme", 100)
     first = app.intake.submit_batch("acme", tasks(1), batch_ref="a")["batch_id"]
     second = app.intake.submit_batch("acme", tasks(1), batch_ref="b")["batch_id"]

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from conftest import read_json, start_receiver, tasks, wait_for
 
+from dropbox_eval.app import App, build_app
 from dropbox_eval.billing import Billing
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.fileio import write_atomically
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
-from dropbox_eval.service import App, Service, build_app
+from dropbox_eval.service import Service
 from dropbox_eval.store import Store
 
 

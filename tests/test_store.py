@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import tasks
 
+from dropbox_eval.app import App, build_app
 from dropbox_eval.billing import Billing
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import NotFoundError, StoreError
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App, build_app
 from dropbox_eval.store import Store, _append_lines
 
 FUND_SCRIPT = """
@@ -26,7 +26,7 @@ from pathlib import Path
 from dropbox_eval.billing import Billing
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.config import Settings
-from dropbox_eval.service import App, build_app
+from dropbox_eval.app import App, build_app
 from dropbox_eval.store import Store, _append_lines
 billing = Billing(Store(Path(sys.argv[1])), 1)
 for _ in range(int(sys.argv[2])):
@@ -81,8 +81,8 @@ def test_emitted_batches_leave_the_index_but_stay_visible(app: App, forge: Sandb
     owner, name = app.store.get_batch(first).repo.split("/")
     for issue in forge.issues(owner, name):
         forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
-    app.intake.poll_completed(first)
-    app.intake.emit(first)
+    app.poller.poll_completed(first)
+    app.delivery.emit(first)
     index = json.loads((app.settings.state_path / "index.json").read_text())
     assert index["batches"] == {}
     assert [e["kind"] for e in index["ledger"].values()] == ["fund"]
@@ -92,7 +92,7 @@ def test_emitted_batches_leave_the_index_but_stay_visible(app: App, forge: Sandb
     assert kinds == ["fund", "hold", "charge", "release"]
     again = app.intake.submit_batch(funded, tasks(1), batch_ref="one")
     assert again["batch_id"] == first and again["duplicate"] is True
-    app.intake.emit(first, force=True)  # re-emit: archived once, not twice
+    app.delivery.emit(first, force=True)  # re-emit: archived once, not twice
     assert len(app.store.list_batches()) == 1
     assert len(app.store.ledger(funded)) == 4
 

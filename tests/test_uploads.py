@@ -34,11 +34,12 @@ import pytest
 from conftest import read_json, tasks, wait_for
 from watchdog.events import FileCreatedEvent, FileModifiedEvent, FileMovedEvent
 
+from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.inbox import ReadinessTracker, is_candidate_name
+from dropbox_eval.inbox.watcher import _Handler
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App, Service, build_app
-from dropbox_eval.watcher import _Handler
+from dropbox_eval.service import Service
 
 QUIET = 0.3
 OLD = 978_307_200  # 2001-01-01: the mtime of a file copied with cp -p / rsync -t

@@ -47,7 +47,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
-from .inbox import OUTCOME_DIRS, candidates, is_candidate_name
+from .scan import OUTCOME_DIRS, candidates, is_candidate_name
 
 log = logging.getLogger("dropbox_eval")
 

@@ -1,0 +1,85 @@
+"""`dropbox-eval demo`: the whole flow on the embedded sandbox forge."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import click
+
+from ..app import App, build_app
+from ..errors import EXIT_FAILED
+from ..fileio import write_atomically
+from ..models import utcnow
+from ..service import Service
+from . import Context
+from .output import console, fail, friendly_errors
+
+DEMO_BATCH = {
+    "batch_ref": "demo-1",
+    "tasks": [
+        {"task_id": "t1", "title": "Check the login page renders",
+         "body": "Open /login and confirm the form is shown.",
+         "acceptance": ["form visible", "no console errors"]},
+        {"task_id": "t2", "title": "Check the signup validation",
+         "body": "Submit an empty signup form. lane:fail",
+         "acceptance": ["errors shown for every field"]},
+        {"task_id": "t3", "title": "Check the password reset mail",
+         "body": "Request a reset and read the mail.", "acceptance": ["mail arrives"]},
+    ],
+}
+
+
+@click.command()
+@click.option("--lane-delay", type=float, default=1.0, show_default=True)
+@click.option("--timeout", type=float, default=60.0, show_default=True)
+@click.pass_obj
+def demo(obj: Context, lane_delay: float, timeout: float) -> None:
+    """The whole flow in this folder on the embedded sandbox forge; prints the report."""
+    from ..sandbox import SandboxForge
+
+    with friendly_errors(), SandboxForge(lane_delay=lane_delay) as forge:
+        settings = obj.settings(gitea_url=forge.url, gitea_token=forge.token, owner=forge.user,
+                                repo=None, poll_interval=0.5, quiet_period=0.2)
+        app = build_app(settings)
+        client = app.store.get_client("demo")
+        if client is None:
+            app.billing.add_client("demo", 100)
+        elif client.available < len(DEMO_BATCH["tasks"]) * settings.task_price:
+            app.billing.fund("demo", 100, note="demo top-up")
+        batch_ref = f"demo-{utcnow():%Y%m%d%H%M%S%f}"
+        drop = app.inbox.root / "demo" / f"{batch_ref}.json"
+        drop.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(drop, json.dumps({**DEMO_BATCH, "batch_ref": batch_ref}, indent=2))
+        click.echo(f"dropped {drop}")
+        report = _run_until_report(app, batch_ref, timeout)
+    if report is None:
+        fail(f"no report within {timeout:.0f}s; see `dropbox-eval status`", EXIT_FAILED)
+    click.echo(f"report: {report}")
+    click.echo(report.read_text(encoding="utf-8"))
+
+
+def _run_until_report(app: App, batch_ref: str, timeout: float) -> Path | None:
+    service = Service(app)
+    thread = threading.Thread(target=service.run, name="service", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    found: Path | None = None
+    with console.status("waiting for the lane...") as spinner:
+        while time.monotonic() < deadline and found is None:
+            time.sleep(0.2)
+            batch_id = app.store.find_batch("demo", batch_ref=batch_ref)
+            if batch_id:
+                batch = app.store.get_batch(batch_id)
+                spinner.update(f"batch {batch_id}: {batch.done}/{batch.total} done, "
+                               f"{batch.status}")
+                path = app.settings.outbox_path / f"{batch_id}.json"
+                found = path if path.exists() else None
+    service.stop()
+    thread.join(timeout=10)
+    return found
+
+
+COMMANDS = [demo]

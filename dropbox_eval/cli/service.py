@@ -1,0 +1,108 @@
+"""Commands that run something: the service, the HTTP API, the sandbox; and `status`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from ..app import build_app
+from ..service import Service, read_status
+from . import Context
+from .output import emit_json, friendly_errors, json_option
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Process what is there, poll, emit, exit.")
+@click.option("--sandbox", is_flag=True, help="Run the embedded sandbox forge and lane.")
+@click.option("--lane-delay", type=float, default=2.0, show_default=True,
+              help="With --sandbox: seconds before the simulated lane closes an issue.")
+@click.option("--polling", is_flag=True, help="Poll the inbox (for NFS/SMB shares).")
+@click.pass_obj
+def run(obj: Context, once: bool, sandbox: bool, lane_delay: float, polling: bool) -> None:
+    """Run the service: watch the inbox, open issues, poll, emit (until SIGINT/SIGTERM)."""
+    with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay) as extra:
+        settings = obj.settings(**extra)
+        settings.require_forge()
+        code = Service(build_app(settings), polling=polling or settings.polling).run(once=once)
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def _maybe_sandbox(obj: Context, enabled: bool, lane_delay: float) -> Iterator[dict[str, Any]]:
+    if not enabled:
+        yield {}
+        return
+    from ..sandbox import SandboxForge
+
+    with SandboxForge(lane_delay=lane_delay) as forge:
+        logging.getLogger("dropbox_eval").info("sandbox forge at %s (token %s)", forge.url,
+                                               forge.token)
+        yield {"gitea_url": forge.url, "gitea_token": forge.token, "owner": forge.user,
+               "repo": None}
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.pass_obj
+def serve(obj: Context, host: str, port: int) -> None:
+    """Serve the HTTP API (OpenAPI document at /docs and /openapi.json)."""
+    import uvicorn
+
+    from ..api import create_api
+
+    with friendly_errors():
+        api = create_api(obj.app())
+    uvicorn.run(api, host=host, port=port, log_level="info")
+
+
+@click.command()
+@click.option("--port", type=int, default=3000, show_default=True)
+@click.option("--lane-delay", type=float, default=5.0, show_default=True,
+              help="Seconds before the simulated lane closes an issue (negative: no lane).")
+def sandbox(port: int, lane_delay: float) -> None:
+    """Run the sandbox forge (Gitea API subset + simulated lane) alone."""
+    from ..sandbox import SandboxForge
+
+    with SandboxForge(port=port, lane_delay=lane_delay if lane_delay >= 0 else None) as forge:
+        click.echo(f"SAAS_EVAL_GITEA_URL={forge.url}")
+        click.echo(f"SAAS_EVAL_GITEA_TOKEN={forge.token}")
+        click.echo(f"SAAS_EVAL_OWNER={forge.user}")
+        click.echo("sandbox forge running; Ctrl-C stops it", err=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+
+@click.command()
+@json_option
+@click.pass_obj
+def status(obj: Context, as_json: bool) -> None:
+    """Whether the service runs, since when, its last poll and last error."""
+    with friendly_errors():
+        settings = obj.settings()
+        settings.state_path.mkdir(parents=True, exist_ok=True)
+        record = read_status(settings.state_path)
+        app = build_app(settings, with_forge=False)
+        counts: dict[str, int] = {}
+        for row in app.store.list_batches():
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        record["batches"] = counts
+    if as_json:
+        emit_json(record)
+        return
+    state = "running" if record["running"] else "not running"
+    click.echo(f"service: {state} (pid {record.get('pid', '-')}, since "
+               f"{record.get('started_at', '-')})")
+    click.echo(f"last poll: {record.get('last_poll_at') or '-'}")
+    click.echo(f"last error: {record.get('last_error') or '-'}")
+    click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+
+
+COMMANDS = [run, serve, sandbox, status]

@@ -1,0 +1,310 @@
+"""The drop folder: every dropped file ends in exactly one of `accepted/` (with
+`<name>.receipt.json`) or `rejected/` (with `<name>.error.json`), beside where it was
+dropped. The original bytes are moved, never rewritten.
+
+What the inbox survives (README "File protocol" and "Uploading safely"):
+
+- Readiness is judged on the file itself (`readiness.py`); the one event taken as proof is
+  a rename into place from a temporary or hidden name.
+- Hostile entries: a symlink is refused and moved aside without following it; a FIFO,
+  socket, device or directory named `*.json` is skipped; a symlinked client folder or
+  outcome folder is never entered or written through (`fsops.py`).
+- Concurrency: the file is claimed with an exclusive `flock` for the whole
+  read-accept-move step, and only the file that was read is filed: a new upload that
+  took its name meanwhile stays for the next look.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
+from ..fileio import json_bytes, write_at
+from ..models import BatchFile, is_valid_id, utcnow
+from . import fsops
+from .parse import check_size, parse_batch
+from .readiness import ReadinessTracker, signature
+from .scan import OUTCOME_DIRS, candidates, is_candidate_name
+
+if TYPE_CHECKING:  # the stages import the parser from this package
+    from ..intake import Intake
+    from ..lifecycle import Lifecycle
+
+__all__ = ["Inbox", "Outcome", "ReadinessTracker", "candidates", "is_candidate_name"]
+
+log = logging.getLogger("dropbox_eval")
+
+OUTCOME_SUFFIX = {"accepted": ".receipt.json", "rejected": ".error.json"}
+CANCEL_RE = re.compile(r"^cancel-(.+)\.json$")
+
+
+@dataclass
+class Outcome:
+    """What happened to one dropped file."""
+
+    status: str  # accepted | rejected | skipped
+    path: Path | None
+    document: dict[str, Any]
+
+
+class _Skip(Exception):
+    """The file cannot be handled now; it stays where it is (no receipt, no error file)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class Inbox:
+    """Turns ready files into batches via the intake, and files them away."""
+
+    def __init__(self, root: Path, intake: Intake, lifecycle: Lifecycle,
+                 max_file_bytes: int) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root.resolve()
+        self.intake = intake
+        self.lifecycle = lifecycle
+        self.store = intake.store
+        self.max_file_bytes = max_file_bytes
+
+    def scan(self) -> list[Path]:
+        """Every candidate file present now (start-up and periodic rescans)."""
+        return candidates(self.root)
+
+    def client_folder(self, path: Path) -> str | None:
+        """The client id fixed by a per-client folder, if the file sits in one."""
+        parts = path.relative_to(self.root).parts
+        return parts[0] if len(parts) == 2 else None
+
+    def process(self, path: Path) -> Outcome:
+        """Accept or reject one ready file; never raises for bad input.
+
+        `skipped` means the file was left in place for a later look: it vanished, is not a
+        regular file, is unreadable, is claimed by another process, or changed while read.
+        """
+        if not is_candidate_name(self.root, path):
+            return Outcome("skipped", None, {"reason": "not an inbox candidate"})
+        try:
+            folder_fd = self._open_folder(path.parent)
+        except _Skip as skip:
+            return _skipped(path, skip)
+        except OSError as exc:
+            return _skipped(path, _Skip("folder_unavailable", f"cannot open the folder: {exc}"))
+        try:
+            return self._process_in(folder_fd, path)
+        except _Skip as skip:
+            return _skipped(path, skip)
+        finally:
+            os.close(folder_fd)
+
+    # -- one file -------------------------------------------------------------------------
+
+    def _process_in(self, folder_fd: int, path: Path) -> Outcome:
+        for outcome in OUTCOME_DIRS:  # checked before any intake, created only when needed
+            _check_outcome_folder(folder_fd, path, outcome)
+        try:
+            fd = self._open_file(folder_fd, path.name)
+        except FileNotFoundError:
+            raise _Skip("vanished", "the file disappeared before it was read") from None
+        except BatchRejected as exc:
+            return self._reject(folder_fd, path, exc, None, None)
+        except OSError as exc:  # permissions, I/O errors, a share gone away
+            raise _Skip("unreadable", f"cannot open the file, will retry: {exc}") from exc
+        try:
+            if not fsops.claim(fd):
+                raise _Skip("busy", "another process holds a lock on the file")
+            if not fsops.same_file(folder_fd, path.name, fd):
+                raise _Skip("vanished", "the file was moved or replaced before it was read")
+            log.info("file %s: reading", path)
+            try:
+                raw = self._read(fd)
+            except BatchRejected as exc:
+                return self._reject(folder_fd, path, exc, None, fd)
+            except OSError as exc:
+                raise _Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
+            sha256 = hashlib.sha256(raw).hexdigest()
+            try:
+                if CANCEL_RE.match(path.name):
+                    result, client_id = self._cancel(path)
+                else:
+                    batch, client_id = self._parse(path, raw)
+                    result = self.intake.accept(batch, client_id, source=str(
+                        path.relative_to(self.root)), sha256=sha256)
+            except BatchRejected as exc:
+                return self._reject(folder_fd, path, exc, sha256, fd)
+            return self._accept(folder_fd, path, result, client_id, sha256, fd)
+        finally:
+            os.close(fd)
+
+    def _open_folder(self, folder: Path) -> int:
+        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if folder == self.root:
+            return root_fd
+        try:
+            return os.open(folder.name, fsops.DIR_FLAGS, dir_fd=root_fd)
+        except OSError as exc:
+            if fsops.is_symlink_at(root_fd, folder.name):
+                raise _Skip("symlinked_folder", f"client folder {folder.name!r} is a "
+                            "symbolic link; files in it are ignored") from exc
+            raise
+        finally:
+            os.close(root_fd)
+
+    def _outcome_folder(self, folder_fd: int, path: Path, outcome: str) -> int:
+        """Open (creating it if needed) `accepted/` or `rejected/` without following links."""
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(outcome, 0o777, dir_fd=folder_fd)  # umask applies
+        try:
+            return os.open(outcome, fsops.DIR_FLAGS, dir_fd=folder_fd)
+        except OSError as exc:
+            raise _unusable_outcome_folder(path, outcome, exc) from exc
+
+    def _open_file(self, folder_fd: int, name: str) -> int:
+        info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            raise BatchRejected("symlink", "symbolic links are refused; upload the file itself")
+        if not stat.S_ISREG(info.st_mode):
+            raise _Skip("not_a_file", f"not a regular file ({fsops.kind(info.st_mode)})")
+        try:
+            fd = os.open(name, fsops.FILE_FLAGS, dir_fd=folder_fd)
+        except OSError as exc:
+            if fsops.is_symlink_at(folder_fd, name):
+                raise BatchRejected("symlink", "symbolic links are refused; upload the file "
+                                    "itself") from exc
+            raise
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode) or opened.st_ino != info.st_ino:
+            os.close(fd)
+            raise _Skip("changed", "the file was replaced while being opened")
+        return fd
+
+    def _read(self, fd: int) -> bytes:
+        before = os.fstat(fd)
+        check_size(before.st_size, self.max_file_bytes)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= self.max_file_bytes:
+            chunk = os.read(fd, min(fsops.READ_CHUNK, self.max_file_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        check_size(total, self.max_file_bytes)
+        after = os.fstat(fd)
+        if signature(after) != signature(before) or total != after.st_size:
+            raise _Skip("changed", "the file changed while being read; it will be read again "
+                        "once it stays unchanged")
+        return b"".join(chunks)
+
+    def _parse(self, path: Path, raw: bytes) -> tuple[BatchFile, str]:
+        batch = parse_batch(raw, max_bytes=self.max_file_bytes,
+                            max_tasks=self.intake.settings.max_tasks)
+        folder_client = self.client_folder(path)
+        client_id = folder_client or batch.client_id
+        if client_id is None:
+            raise BatchRejected("missing_client_id", "client_id is required for files dropped "
+                                "at the top of the inbox", field="client_id")
+        if folder_client is not None and not is_valid_id(folder_client):
+            raise BatchRejected("invalid_batch", f"folder name {folder_client!r} is not a "
+                                "valid client id", field="client_id")
+        return batch, client_id
+
+    def _cancel(self, path: Path) -> tuple[dict[str, Any], str]:
+        """`<client>/cancel-<batch_id>.json`: cancel one of that client's running batches."""
+        match = CANCEL_RE.match(path.name)
+        assert match is not None
+        batch_id, client_id = match.group(1), self.client_folder(path)
+        if client_id is None:
+            raise BatchRejected("missing_client_id", "cancel files go in the client's folder, "
+                                "inbox/<client_id>/cancel-<batch_id>.json")
+        try:
+            batch = self.store.get_batch(batch_id)
+        except NotFoundError:
+            batch = None
+        if batch is None or batch.client_id != client_id:
+            raise BatchRejected("unknown_batch", f"you have no batch {batch_id!r}",
+                                batch_id=batch_id)
+        if batch.status.is_finished:
+            raise BatchRejected("not_running", f"batch {batch_id} is already {batch.status}",
+                                batch_id=batch_id, status=batch.status)
+        status: str
+        try:
+            status = self.lifecycle.cancel(batch_id).status
+        except (ForgeError, Conflict) as exc:
+            log.warning("batch %s: cancel stored, the service finishes it: %s", batch_id, exc)
+            status = "cancelling"
+        return {"ok": True, "batch_id": batch_id, "cancel": True, "status": status}, client_id
+
+    # -- filing away ----------------------------------------------------------------------
+
+    def _accept(self, folder_fd: int, path: Path, result: dict[str, Any], client_id: str,
+                sha256: str, fd: int) -> Outcome:
+        receipt = {**result, "client_id": client_id, "sha256": sha256, "file": path.name,
+                   "accepted_at": utcnow().isoformat()}
+        final = self._file_away(folder_fd, path, "accepted", receipt, fd)
+        if final is not None and not result.get("duplicate") and not result.get("cancel"):
+            self.store.update_batch(result["batch_id"], filed=True)
+        log.info("file %s: accepted as batch %s%s", path, result["batch_id"],
+                 " (duplicate of an earlier drop)" if result.get("duplicate") else "")
+        return Outcome("accepted", final, receipt)
+
+    def _reject(self, folder_fd: int, path: Path, error: BatchRejected,
+                sha256: str | None, fd: int | None) -> Outcome:
+        document = {**error.as_dict(), "file": path.name, "sha256": sha256,
+                    "rejected_at": utcnow().isoformat()}
+        final = self._file_away(folder_fd, path, "rejected", document, fd)
+        log.warning("file %s: rejected (%s): %s", path, error.reason, error.message)
+        return Outcome("rejected", final, document)
+
+    def _file_away(self, folder_fd: int, path: Path, outcome: str, document: dict[str, Any],
+                   fd: int | None) -> Path | None:
+        """Write the receipt/error file, then move the drop beside it (receipt first, so a
+        client that sees its file moved also sees why). Only the file that was read (`fd`)
+        is moved: a new upload that took its name meanwhile stays in the inbox."""
+        suffix = OUTCOME_SUFFIX[outcome]
+        out_fd = self._outcome_folder(folder_fd, path, outcome)
+        try:
+            target = fsops.choose_target(out_fd, path.name, suffix, document)
+            if target != path.name:
+                document["filed_as"] = target
+            write_at(out_fd, f"{target}{suffix}", json_bytes(document))
+            if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
+                log.warning("file %s: vanished while being filed as %s", path, outcome)
+                if outcome == "rejected":
+                    with contextlib.suppress(OSError):
+                        os.unlink(f"{target}{suffix}", dir_fd=out_fd)
+                return None
+            os.fsync(out_fd)
+            os.fsync(folder_fd)
+        finally:
+            os.close(out_fd)
+        return path.parent / outcome / target
+
+
+def _skipped(path: Path, skip: _Skip) -> Outcome:
+    level = logging.INFO if skip.reason in ("vanished", "changed", "busy") else logging.WARNING
+    log.log(level, "file %s: left in place (%s): %s", path, skip.reason, skip.message)
+    return Outcome("skipped", None, {"reason": skip.reason, "message": skip.message})
+
+
+def _check_outcome_folder(folder_fd: int, path: Path, outcome: str) -> None:
+    try:
+        info = os.stat(outcome, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise _unusable_outcome_folder(path, outcome, fsops.kind(info.st_mode))
+
+
+def _unusable_outcome_folder(path: Path, outcome: str, why: object) -> _Skip:
+    return _Skip("outcome_folder_unusable", f"{path.parent / outcome} is not a plain folder "
+                 f"({why}); nothing is filed through it, the file stays where it is")

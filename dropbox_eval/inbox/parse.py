@@ -1,0 +1,137 @@
+"""parse_batch: bytes -> BatchFile, the one parser of the inbox AND the HTTP API.
+
+Refuses what JSON readers disagree on or what cannot be text: UTF-16/32, invalid UTF-8,
+duplicate keys, unpaired surrogate escapes, NaN/Infinity, integers too long to convert;
+checks the size and the task count before the model is built.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import BatchRejected
+from ..models import BatchFile
+
+_SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
+_UTF8_BOM = b"\xef\xbb\xbf"
+_UTF16_32_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32",
+                  b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+
+
+
+def parse_batch(raw: bytes, *, max_bytes: int, max_tasks: int) -> BatchFile:
+    """The batch in `raw`, or BatchRejected saying why in words a client can act on."""
+    check_size(len(raw), max_bytes)
+    if not raw.strip():
+        raise BatchRejected("invalid_json", "the file is empty")
+    text = _decode(raw)
+    document = _load_json(text)
+    if not isinstance(document, dict):
+        raise BatchRejected("invalid_batch", "the document must be a JSON object",
+                            field="(document)")
+    if _SURROGATE_ESCAPE_RE.search(text):
+        _refuse_lone_surrogates(document)
+    tasks = document.get("tasks")
+    if isinstance(tasks, list):  # before pydantic parses 10,000+ tasks for nothing
+        check_task_count(len(tasks), max_tasks)
+    try:
+        return BatchFile.model_validate(document)
+    except ValidationError as exc:
+        raise rejection_from_validation(exc) from exc
+
+
+def check_size(size: int, limit: int) -> None:
+    """Reject a document over the byte limit (before it is read in full, where possible)."""
+    if size > limit:
+        raise BatchRejected("too_large", f"the batch is {size} bytes; the limit is {limit}",
+                            limit=limit)
+
+
+def check_task_count(count: int, limit: int) -> None:
+    """Reject a batch with more tasks than the per-batch limit."""
+    if count > limit:
+        raise BatchRejected("too_many_tasks", f"{count} tasks; the limit is {limit}",
+                            field="tasks", limit=limit)
+
+
+def rejection_from_validation(exc: ValidationError) -> BatchRejected:
+    """Turn pydantic's first error into a client-readable rejection with a field path."""
+    first = exc.errors()[0]
+    path = ".".join(str(part) for part in first["loc"]) or "(document)"
+    return BatchRejected(
+        "invalid_batch", f"{path}: {first['msg']}", field=path,
+        errors=[{"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
+                for e in exc.errors()[:20]],
+    )
+
+
+def _decode(raw: bytes) -> str:
+    for bom, encoding in _UTF16_32_BOMS.items():
+        if raw.startswith(bom):
+            raise BatchRejected("invalid_encoding", f"the file is {encoding} (it starts with a "
+                                f"{encoding} byte-order mark); save it as UTF-8")
+    if b"\x00" in raw[:4]:  # JSON text cannot start with NUL; UTF-16/32 without a BOM does
+        raise BatchRejected("invalid_encoding", "the file looks like UTF-16 or UTF-32 (NUL "
+                            "bytes between the first characters); save it as UTF-8")
+    body = raw.removeprefix(_UTF8_BOM)  # RFC 8259 lets parsers ignore a UTF-8 BOM: we do
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        position = len(raw) - len(body) + exc.start
+        raise BatchRejected("invalid_encoding", f"the file is not UTF-8 (byte {position} is "
+                            f"0x{raw[position]:02x}); save it as UTF-8", byte=position
+                            ) from exc
+
+
+def _load_json(text: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise BatchRejected("invalid_json", "JSON is nested too deeply") from exc
+    except json.JSONDecodeError as exc:
+        ended_early = exc.pos >= len(text.rstrip())
+        hint = " (the file ends early: an interrupted upload?)" if ended_early else ""
+        raise BatchRejected("invalid_json", f"not valid JSON: {exc.msg} at line {exc.lineno} "
+                            f"column {exc.colno}{hint}", line=exc.lineno, column=exc.colno
+                            ) from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise BatchRejected("invalid_json", f"not valid JSON: {exc}") from exc
+
+
+def _no_constant(name: str) -> Any:
+    raise BatchRejected("invalid_json", f"{name} is not a JSON number (RFC 8259)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BatchRejected("invalid_json", f"duplicate key {key!r} in one object "
+                                    "(JSON readers disagree on which value wins)", field=key)
+            seen.add(key)
+    return document
+
+
+def _refuse_lone_surrogates(document: Any) -> None:
+    """`"\\ud800"` is valid JSON syntax but not text; refuse it before it reaches the forge."""
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise BatchRejected("invalid_encoding", "a string contains an unpaired UTF-16 "
+                                    "surrogate escape (\\ud800-\\udfff); every string must be "
+                                    "valid Unicode") from exc

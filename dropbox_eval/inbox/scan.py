@@ -1,0 +1,71 @@
+"""Which entries of the inbox are candidates: `.json` files at the top or in a client folder."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("dropbox_eval")
+
+OUTCOME_DIRS = ("accepted", "rejected")
+TEMP_SUFFIXES = (".filepart", ".part", ".tmp", ".writing", ".partial", ".crdownload")
+
+
+def is_candidate_name(root: Path, path: Path) -> bool:
+    """A `.json` file in the inbox or one client folder below it, not hidden or temporary.
+
+    Temporary upload names (`*.filepart`, `*.part`, `*.tmp`, ...) do not end in `.json`, and
+    hidden names (rsync's `.name.XXXXXX`, lftp's `.in.name`) start with a dot: both are
+    ignored until renamed. The `.json` suffix is matched case-insensitively (`BATCH.JSON`).
+    """
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return False
+    if not parts or len(parts) > 2 or any(p.startswith(".") for p in parts):
+        return False
+    if len(parts) == 2 and parts[0] in OUTCOME_DIRS:
+        return False
+    name = parts[-1].lower()
+    return name.endswith(".json") and not name.endswith(TEMP_SUFFIXES)
+
+
+def candidates(root: Path) -> list[Path]:
+    """Every candidate entry present now, without following symlinked folders.
+
+    Lists the inbox and each real (non-symlink, non-hidden) client folder; never descends
+    into `accepted/` or `rejected/`, so a rescan costs the size of the backlog, not history.
+    """
+    found: list[Path] = []
+    for entry in _list_dir(root):
+        if entry.name.startswith("."):
+            continue
+        if _is_real_dir(entry):
+            if entry.name in OUTCOME_DIRS:
+                continue
+            for sub in _list_dir(Path(entry.path)):
+                path = Path(sub.path)
+                if not _is_real_dir(sub) and is_candidate_name(root, path):
+                    found.append(path)
+        elif is_candidate_name(root, Path(entry.path)):
+            found.append(Path(entry.path))
+    return sorted(found)
+
+
+def _list_dir(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        log.warning("inbox: cannot list %s: %s", folder, exc)
+        return []
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False

@@ -1,0 +1,182 @@
+"""Lifecycle: cancel, expire and fail running batches (close open issues, then settle).
+
+Every batch ends: a cancel request, the deadline or a failure that retrying cannot fix
+ends it, whatever the forge answers. Closing an issue that is gone (404 on Forgejo, 500 on
+Gitea, confirmed by a GET) finishes its task as `missing`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .config import Settings
+from .errors import Busy, ForgeError, ForgeNotFound, ForgeRetryable, NotRunning
+from .forge import GiteaClient
+from .markers import find_marked
+from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
+from .poller import Poller, ended
+from .schedule import Schedule, is_due
+from .settle import Settler
+from .store import Store
+
+log = logging.getLogger("dropbox_eval")
+LEASE_WAIT_SECONDS = 120.0
+WHY = {
+    BatchStatus.CANCELLED: "Cancelled by the client before the lane finished this task.",
+    BatchStatus.EXPIRED: "The batch passed its completion window before the lane finished "
+                         "this task.",
+    BatchStatus.FAILED: "The batch failed before the lane finished this task: {failure}",
+}
+ABORTED_TASK = {BatchStatus.CANCELLED: TaskStatus.CANCELLED,
+                BatchStatus.EXPIRED: TaskStatus.EXPIRED, BatchStatus.FAILED: TaskStatus.ABORTED}
+T = TypeVar("T")
+
+
+class Lifecycle:
+    """Ends running batches early, and runs forge work under the durable schedule."""
+
+    def __init__(self, store: Store, gitea: GiteaClient | None, settings: Settings,
+                 poller: Poller, settler: Settler, schedule: Schedule) -> None:
+        self.store = store
+        self._gitea = gitea
+        self.settings = settings
+        self.poller = poller
+        self.settler = settler
+        self.schedule = schedule
+        self.on_error: Callable[[str, Exception], None] | None = None  # the service's status
+
+    @property
+    def gitea(self) -> GiteaClient:
+        """The forge client; a ConfigError names the missing setting when there is none."""
+        return self.settings.forge_client(self._gitea)
+
+    def visit(self, batch_id: str, step: Callable[..., T], *args: Any) -> T | None:
+        """Run one try of forge work for a batch; a failure is stored on the batch, and a
+        permanent or endlessly repeated one ends it `failed`. None when the step failed."""
+        try:
+            result = step(*args)
+        except ForgeError as exc:
+            log.warning("batch %s: forge error, next visit later: %s", batch_id, exc)
+            if self.on_error is not None:
+                self.on_error(f"batch {batch_id}", exc)
+            failure = self.schedule.failed(batch_id, exc)
+            if failure is not None:
+                self.fail(batch_id, failure)
+            return None
+        self.schedule.succeeded(self.store.get_batch(batch_id))
+        return result
+
+    def cancel(self, batch_id: str) -> BatchRecord:
+        """Cancel a running batch: its open issues get a comment, `eval-cancelled` and are
+        closed; finished results are kept. The request is stored first, so a forge failure
+        half-way is finished by a later visit."""
+        batch = self.store.get_batch(batch_id)
+        if batch.status != BatchStatus.RUNNING:
+            raise NotRunning(f"batch {batch_id} is {batch.status}; only running batches can "
+                             "be cancelled", status=batch.status)
+        if not batch.cancel_requested:
+            self.store.update_batch(batch_id, cancel_requested=True)
+        return self._abort(batch_id, BatchStatus.CANCELLED)
+
+    def end_if_due(self, batch_id: str) -> bool:
+        """Finish a pending cancel or expire a batch past its deadline; True if it ended.
+        The deadline always wins: past it, the batch ends even if the forge is down."""
+        batch = self.store.get_batch(batch_id)
+        if batch.status != BatchStatus.RUNNING:
+            return False
+        overdue = batch.deadline is not None and batch.deadline <= utcnow()
+        if batch.cancel_requested and (overdue or is_due(batch)):
+            status = BatchStatus.CANCELLED
+        elif overdue:
+            status = BatchStatus.EXPIRED
+        else:
+            return False
+        if self.visit(batch_id, self._abort, batch_id, status) is None and overdue:
+            self._end_locally(batch_id, status)
+        return True
+
+    def fail(self, batch_id: str, failure: str) -> BatchRecord:
+        """End a batch `failed`: one try to close its open issues, then settle (nothing is
+        charged for unfinished work) with the reason in the report."""
+        try:
+            return self._abort(batch_id, BatchStatus.FAILED, failure=failure)
+        except (ForgeError, Busy) as exc:
+            log.warning("batch %s: open issues not closed (%s)", batch_id, exc)
+            return self._end_locally(batch_id, BatchStatus.FAILED, failure=failure)
+
+    def _abort(self, batch_id: str, status: BatchStatus, failure: str | None = None
+               ) -> BatchRecord:
+        with self.store.intake_lease(batch_id, wait=LEASE_WAIT_SECONDS) as leased:
+            if not leased:
+                raise Busy(f"batch {batch_id} is busy (its issues are being created); try "
+                           "again in a minute")
+            try:
+                self._close_open_issues(batch_id, status, failure)
+            except ForgeNotFound:  # the repo is gone: nothing is left to close on the forge
+                log.warning("batch %s: repo not found; unfinished tasks end as %s", batch_id,
+                            status)
+            return self._end_locally(batch_id, status, failure=failure)
+
+    def _end_locally(self, batch_id: str, status: BatchStatus,
+                     failure: str | None = None) -> BatchRecord:
+        why = WHY[status].format(failure=failure)
+        tasks = self.store.get_tasks(batch_id)
+        change = ended(ABORTED_TASK[status], why)
+        self.store.update_tasks(batch_id, {t.task_id: change for t in tasks
+                                           if not t.status.is_finished})
+        return self.settler.close(batch_id, self.store.get_tasks(batch_id), status,
+                                  failure=failure)
+
+    def _close_open_issues(self, batch_id: str, status: BatchStatus,
+                           failure: str | None) -> None:
+        """Keep what the lane finished, then comment, label and close every open issue."""
+        if status != BatchStatus.FAILED:
+            self.poller.poll_completed(batch_id)
+        batch = self.store.get_batch(batch_id)
+        if batch.status != BatchStatus.RUNNING:
+            return
+        tasks = self.store.get_tasks(batch_id)
+        pending = [t for t in tasks if t.status == TaskStatus.PENDING]
+        if pending:
+            found = find_marked(self.gitea, batch, pending, self.settings.task_label)
+            self.store.update_tasks(batch_id, {k: opened(i.number, i.html_url)
+                                               for k, i in found.items()})
+            tasks = self.store.get_tasks(batch_id)
+        open_tasks = [t for t in tasks if t.status == TaskStatus.OPEN and t.issue_number]
+        if not open_tasks:
+            return
+        label_id = self.gitea.ensure_label(batch.repo, f"eval-{status}", "cccccc")
+        why = WHY[status].format(failure=failure)
+        closed: dict[str, dict[str, Any]] = {}
+        try:
+            for task in open_tasks:
+                gone = self._close_issue(batch.repo, task.issue_number or 0, label_id, why)
+                closed[task.task_id] = (ended(TaskStatus.MISSING, "the issue was deleted")
+                                        if gone else ended(ABORTED_TASK[status], why))
+        finally:
+            self.store.update_tasks(batch_id, closed)
+
+    def _close_issue(self, repo: str, number: int, label_id: int, why: str) -> bool:
+        """Comment, label and close; True when the issue turned out to be gone."""
+        try:
+            self.gitea.comment(repo, number, why)
+            self.gitea.add_labels(repo, number, [label_id])
+            self.gitea.close_issue(repo, number)
+        except ForgeNotFound:
+            return True
+        except ForgeRetryable as exc:
+            if exc.status != 500:
+                raise
+            try:  # Gitea answers 500 to a comment on a deleted issue: ask for the issue
+                self.gitea.get_issue(repo, number)
+            except ForgeNotFound:
+                return True
+            raise
+        return False
+
+
+def opened(number: int, url: str) -> dict[str, Any]:
+    """The change that records a task's issue."""
+    return {"status": TaskStatus.OPEN, "issue_number": number, "issue_url": url}
