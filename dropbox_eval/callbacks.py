@@ -35,7 +35,7 @@ METADATA_ADDRESSES = frozenset(
 )
 MAX_URL_LENGTH = 2048
 _AUTHORITY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
-_HOST_NAME_RE = re.compile(r"^[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?\.?$")
+_LABEL_RE = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -172,10 +172,15 @@ def _parse(url: str) -> CallbackTarget:
         raise _refused(url, f"port {port} is out of range")
     if (split_host, split_port or _DEFAULT_PORTS[scheme]) != (host, port):
         raise _refused(url, "the URL is ambiguous (parsers disagree on its host or port)")
-    if not (_is_ip(host) or _HOST_NAME_RE.match(host)):
+    if not (_is_ip(host) or _is_host_name(host)):
         raise _refused(url, f"{host!r} is not a valid host name")
     return CallbackTarget(url, scheme, host, port, str(parsed.netloc),
                           parsed.request_uri, ())
+
+
+def _is_host_name(host: str) -> bool:
+    name = host[:-1] if host.endswith(".") else host
+    return len(name) <= 253 and all(_LABEL_RE.match(label) for label in name.split("."))
 
 
 def _is_ip(host: str) -> bool:
