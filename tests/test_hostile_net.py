@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import trustme
 from conftest import Receiver, read_json, tasks
 
+from dropbox_eval.api import create_api
 from dropbox_eval.callbacks import CallbackPolicy
 from dropbox_eval.emitter import Emitter, FileEmitter, WebhookEmitter
 from dropbox_eval.errors import BatchRejected, DeliveryError
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import App
+from dropbox_eval.webserver import BackgroundServer
 
 REPORT = {"batch_id": "b1", "status": "completed"}
 
@@ -186,3 +189,25 @@ def test_item5_malformed_callback_file_ends_in_rejected(app: App, forge: Sandbox
     assert error["reason"] == "callback_refused" and error["field"] == "callback_url"
     assert "not a valid URL" in error["message"]
     assert forge.requests == [] and app.billing.client(funded).held == 0
+
+
+@pytest.fixture
+def api(app: App) -> Iterator[str]:
+    server = BackgroundServer(create_api(app), name="api")
+    yield server.start()
+    server.stop()
+
+
+@pytest.mark.parametrize("url", ["http://example.com:99999/", "http://[::1/",
+                                 "http://127.0.0.1:9\\@8.8.8.8/hook"])
+def test_item5_api_answers_422_for_a_bad_callback(app: App, api: str, forge: SandboxForge,
+                                                  url: str) -> None:
+    app.billing.add_client("acme", 100)
+    key = app.billing.new_api_key("acme")
+    forge.clear_requests()
+    answer = requests.post(f"{api}/api/eval/batches", timeout=30,
+                           headers={"Authorization": f"Bearer {key}"},
+                           json={"tasks": tasks(1), "callback_url": url})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["reason"] == "callback_refused"
+    assert forge.requests == [] and app.billing.client("acme").held == 0
