@@ -2,20 +2,33 @@
 
 Quirks handled here (see README "Forge compatibility"): labels are given by id on create,
 `limit` is capped at 50 so lists are paged until a short page, `since` filters on update time,
-PATCH answers 201, the comments of a missing issue answer 500 on Gitea, and duplicate label
-names are allowed (so labels are listed before one is created).
+PATCH answers 201, the comments of a missing issue answer 500 on Gitea, and logins, org and
+repo names are case-insensitive.
+
+Label names are not unique on Gitea, and the issue list's `labels` filter takes names only
+(an id is read as an unknown name), ANDs the ids of every label with that name, and drops the
+filter altogether when no name matches. So labels are created under a lock (a file lock when
+`label_lock` is given) after listing them, the oldest (lowest id) is kept, and duplicates are
+merged into it (their issues get the oldest label, then they are deleted). A filtered list
+that comes back empty checks for duplicates once and repairs them, and filtered results are
+re-checked on the client so an unknown name never lets every issue through.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from contextlib import AbstractContextManager, contextmanager, suppress
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 import requests
+from filelock import FileLock
+from filelock import Timeout as LockTimeout
 from pydantic import BaseModel, ValidationError
 from tenacity import (
     RetryCallState,
@@ -34,6 +47,7 @@ from .errors import (
 )
 
 PAGE_LIMIT = 50
+LABEL_LOCK_TIMEOUT = 60.0
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
 
@@ -80,7 +94,10 @@ class GiteaClient:
         max_wait: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         session: requests.Session | None = None,
+        label_lock: Path | None = None,
     ) -> None:
+        """`label_lock`: a lock file shared by every process that may create labels in the
+        same repos (the service and the CLI use `<state>/labels.lock`)."""
         self.base_url = base_url.rstrip("/")
         self.api = f"{self.base_url}/api/v1"
         self.timeout = timeout
@@ -96,6 +113,9 @@ class GiteaClient:
             }
         )
         self._login: str | None = None
+        self._label_lock: AbstractContextManager[Any] = (
+            FileLock(str(label_lock), timeout=LABEL_LOCK_TIMEOUT) if label_lock
+            else threading.Lock())
         self.listed_at: datetime | None = None  # forge clock at the start of the last list
 
     # -- transport ----------------------------------------------------------------------
@@ -177,7 +197,8 @@ class GiteaClient:
         except ForgeNotFound:
             pass
         owner, name = full_name.split("/", 1)
-        path = "/user/repos" if owner == self.login() else f"/orgs/{owner}/repos"
+        mine = owner.casefold() == self.login().casefold()  # logins are case-insensitive
+        path = "/user/repos" if mine else f"/orgs/{owner}/repos"
         body = {"name": name, "description": "dropbox-eval tasks", "private": True}
         try:
             return str(self._request("POST", path, json=body)["html_url"])
@@ -187,14 +208,56 @@ class GiteaClient:
         return str(self._request("GET", f"/repos/{full_name}")["html_url"])
 
     def ensure_label(self, repo: str, name: str, color: str) -> int:
-        """The id of label `name` in `repo`, created if missing (lowest id if duplicated)."""
-        labels = self._request("GET", f"/repos/{repo}/labels")
-        ids = sorted(int(lab["id"]) for lab in labels if lab.get("name") == name)
-        if ids:
+        """The id of label `name` in `repo`, created if missing. Duplicates (Gitea allows
+        them) are merged into the oldest, whose id is returned."""
+        with self._labels_locked():
+            ids = self._label_ids(repo, name)
+            if not ids:
+                created = self._request("POST", f"/repos/{repo}/labels",
+                                        json={"name": name, "color": color})
+                # re-list: a creator that does not share our lock may have raced us
+                ids = self._label_ids(repo, name) or [int(created["id"])]
+            if len(ids) > 1:
+                self._merge_labels(repo, ids[0], ids[1:])
             return ids[0]
-        created = self._request("POST", f"/repos/{repo}/labels",
-                                json={"name": name, "color": color})
-        return int(created["id"])
+
+    def repair_label(self, repo: str, name: str) -> bool:
+        """Merge duplicates of label `name` into the oldest; True when there were any."""
+        with self._labels_locked():
+            ids = self._label_ids(repo, name)
+            if len(ids) > 1:
+                self._merge_labels(repo, ids[0], ids[1:])
+            return len(ids) > 1
+
+    @contextmanager
+    def _labels_locked(self) -> Iterator[None]:
+        try:
+            with self._label_lock:
+                yield
+        except LockTimeout as exc:
+            raise ForgeRetryable(f"label lock {exc.lock_file} busy; retried later") from exc
+
+    def _label_ids(self, repo: str, name: str) -> list[int]:
+        """Ids of the repo labels called `name`, oldest first (all labels: no `page`)."""
+        labels = self._request("GET", f"/repos/{repo}/labels")
+        try:
+            return sorted(int(lab["id"]) for lab in labels if lab.get("name") == name)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ForgePermanent(f"unexpected labels JSON from forge: {exc}") from exc
+
+    def _merge_labels(self, repo: str, keep: int, extras: list[int]) -> None:
+        """Give `keep` to every issue carrying one of `extras`, then delete `extras`. A crash
+        half-way leaves duplicates that the next call merges again."""
+        listed_at, extra = self.listed_at, set(extras)
+        for page in self._pages(f"/repos/{repo}/issues", {"state": "all", "type": "issues"}):
+            for item in page:
+                ids = {int(lab["id"]) for lab in item.get("labels") or []}
+                if ids & extra and keep not in ids:
+                    self.add_labels(repo, int(item["number"]), [keep])
+        for label_id in extras:
+            with suppress(ForgeNotFound):  # another process merged it first
+                self._request("DELETE", f"/repos/{repo}/labels/{label_id}")
+        self.listed_at = listed_at
 
     # -- issues -------------------------------------------------------------------------
 
@@ -208,24 +271,45 @@ class GiteaClient:
         self, repo: str, *, state: str = "all", labels: str | None = None,
         since: datetime | None = None,
     ) -> Iterator[ForgeIssue]:
-        """Every issue (not PR) matching the filters, newest first, across all pages."""
+        """Every issue (not PR) matching the filters, newest first, across all pages.
+
+        `labels` are names, ANDed. A naive `since` is taken as UTC. Only issues carrying
+        every named label are yielded; a list that comes back empty is retried once after
+        duplicate labels (which make Gitea's filter match nothing) were merged."""
         params: dict[str, Any] = {"state": state, "type": "issues"}
-        if labels:
-            params["labels"] = labels
+        names = _label_names(labels)
+        if names:
+            params["labels"] = ",".join(names)
         if since is not None:
-            params["since"] = since.isoformat()
-        for page in self._pages(f"/repos/{repo}/issues", params):
-            for item in page:
-                yield _issue(item)
+            params["since"] = rfc3339(since)
+        for attempt in (1, 2):
+            found = False
+            for page in self._pages(f"/repos/{repo}/issues", params):
+                for issue in map(_issue, page):
+                    if names.issubset(issue.labels):
+                        found = True
+                        yield issue
+            if found or attempt == 2 or not self._repair_labels(repo, names):
+                return
 
     def count_issues(self, repo: str, *, state: str, labels: str) -> int:
-        """How many issues match, from `X-Total-Count` of a one-item page (one request)."""
+        """How many issues match, from `X-Total-Count` of a one-item page (one request, two
+        when the answer is 0 and duplicate labels had to be merged first)."""
+        count = self._count(repo, state, labels)
+        if count == 0 and self._repair_labels(repo, _label_names(labels)):
+            count = self._count(repo, state, labels)
+        return count
+
+    def _count(self, repo: str, state: str, labels: str) -> int:
         response = self._retrying_send("GET", f"/repos/{repo}/issues", params={
             "state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1})
         try:
             return int(response.headers["X-Total-Count"])
         except (KeyError, ValueError) as exc:
             raise ForgePermanent(f"GET /repos/{repo}/issues: no X-Total-Count header") from exc
+
+    def _repair_labels(self, repo: str, names: frozenset[str]) -> bool:
+        return any([self.repair_label(repo, name) for name in sorted(names)])
 
     def get_issue(self, repo: str, number: int) -> ForgeIssue:
         """One issue; ForgeNotFound when deleted."""
@@ -294,11 +378,30 @@ def _message(response: requests.Response) -> str:
     return ""
 
 
+def rfc3339(moment: datetime) -> str:
+    """`moment` as RFC 3339 UTC with whole seconds, the form Gitea's `since` parses; a
+    naive datetime is taken as UTC (never sent without an offset)."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _label_names(labels: str | None) -> frozenset[str]:
+    return frozenset(name.strip() for name in (labels or "").split(",") if name.strip())
+
+
 def _server_time(response: requests.Response) -> datetime | None:
-    try:
-        return parsedate_to_datetime(response.headers["Date"])
-    except (KeyError, TypeError, ValueError):
+    """The forge's clock from `Date`, aware UTC; None when absent, repeated (a proxy added
+    one: requests joins them with ", "), zone-less (`-0000`) or unparsable."""
+    value = response.headers.get("Date")
+    if not value or value.count(",") > 1:
         return None
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:
+        return None
+    return moment.astimezone(UTC)
 
 
 def _retry_after(response: requests.Response) -> float | None:
