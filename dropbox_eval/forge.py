@@ -274,8 +274,10 @@ class GiteaClient:
         """Every issue (not PR) matching the filters, newest first, across all pages.
 
         `labels` are names, ANDed. A naive `since` is taken as UTC. Only issues carrying
-        every named label are yielded; a list that comes back empty is retried once after
-        duplicate labels (which make Gitea's filter match nothing) were merged."""
+        every named label are yielded. A list without `since` that comes back empty is
+        retried once after duplicate labels (which make Gitea's filter match nothing) were
+        merged; an incremental list is not (that would cost a request per idle poll): the
+        full poll's `count_issues` probe heals them."""
         params: dict[str, Any] = {"state": state, "type": "issues"}
         names = _label_names(labels)
         if names:
@@ -289,7 +291,8 @@ class GiteaClient:
                     if names.issubset(issue.labels):
                         found = True
                         yield issue
-            if found or attempt == 2 or not self._repair_labels(repo, names):
+            if found or attempt == 2 or since is not None or not self._repair_labels(
+                    repo, names):
                 return
 
     def count_issues(self, repo: str, *, state: str, labels: str) -> int:

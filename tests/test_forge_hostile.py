@@ -20,7 +20,7 @@ from dropbox_eval.config import Settings
 from dropbox_eval.errors import ForgeNotFound
 from dropbox_eval.forge import GiteaClient
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import build_app
+from dropbox_eval.service import Service, build_app
 
 LABEL = "eval-task"
 
@@ -233,3 +233,27 @@ def test_naive_since_is_sent_as_utc_to_the_sandbox(client: GiteaClient,
     client.create_issue(repo, "one", "b", [])
     assert len(list(client.iter_issues(repo, since=datetime(2000, 1, 1)))) == 1
     assert list(client.iter_issues(repo, since=datetime(2999, 1, 1))) == []
+
+
+def test_item9_full_poll_repairs_a_duplicate_and_finishes_tasks(settings: Settings,
+                                                                forge: SandboxForge) -> None:
+    app = build_app(settings.model_copy(update={"full_poll_every": 2}))
+    app.billing.add_client("acme", 100)
+    batch_id = app.intake.submit_batch("acme", tasks(2))["batch_id"]
+    repo = app.store.get_batch(batch_id).repo
+    service = Service(app)
+    service.poll_cycle()  # cycle 1: full
+    _duplicate(forge, repo)
+    first = app.store.get_tasks(batch_id)[0]
+    forge.finish_issue(*repo.split("/"), first.issue_number or 0, comment="ok",
+                       labels=["eval-pass"])
+    service.poll_cycle()  # cycle 2: incremental, blind while the name matches two labels
+    service.poll_cycle()  # cycle 3: full, the probe repairs the labels
+    assert len(_labels(forge, repo)) == 1
+    assert app.store.get_tasks(batch_id)[0].status == "passed"
+    forge.clear_requests()
+    second = app.store.get_tasks(batch_id)[1]
+    forge.finish_issue(*repo.split("/"), second.issue_number or 0, comment="ok",
+                       labels=["eval-pass"])
+    service.poll_cycle()  # incremental again, and it sees the close
+    assert app.store.get_tasks(batch_id)[1].status == "passed"
