@@ -73,12 +73,14 @@ def why_refused(address: IPAddress) -> str | None:
     address = _embedded_ipv4(address)
     if address in METADATA_ADDRESSES:
         return "a cloud metadata address"
-    for attribute, words in (("is_loopback", "a loopback address"),
-                             ("is_link_local", "a link-local address"),
-                             ("is_private", "a private address"),
-                             ("is_multicast", "a multicast address"),
-                             ("is_unspecified", "an unspecified address"),
-                             ("is_reserved", "a reserved address")):
+    for attribute, words in (
+        ("is_loopback", "a loopback address"),
+        ("is_link_local", "a link-local address"),
+        ("is_private", "a private address"),
+        ("is_multicast", "a multicast address"),
+        ("is_unspecified", "an unspecified address"),
+        ("is_reserved", "a reserved address"),
+    ):
         if getattr(address, attribute):
             return words
     if not address.is_global:  # shared address space (100.64/10), documentation ranges...
@@ -113,8 +115,15 @@ class CallbackPolicy:
             if named or self.allows(address):
                 continue
             raise _refused(url, f"{target.host} resolves to {address}, {why_refused(address)}")
-        return CallbackTarget(target.url, target.scheme, target.host, target.port,
-                              target.host_header, target.request_uri, addresses)
+        return CallbackTarget(
+            target.url,
+            target.scheme,
+            target.host,
+            target.port,
+            target.host_header,
+            target.request_uri,
+            addresses,
+        )
 
     def allows(self, address: IPAddress) -> bool:
         """Whether the policy lets a connection reach `address` (allow-list or public)."""
@@ -143,18 +152,24 @@ def _parse(url: str) -> CallbackTarget:
         raise _refused(str(url), "a callback URL must be a non-empty string")
     if len(url) > MAX_URL_LENGTH:
         raise _refused(url[:80] + "...", f"longer than {MAX_URL_LENGTH} characters")
-    bad = next((c for c in url if c == "\\" or c.isspace() or not c.isprintable()
-                or not c.isascii()), None)
+    bad = next(
+        (c for c in url if c == "\\" or c.isspace() or not c.isprintable() or not c.isascii()), None
+    )
     if bad is not None:
-        raise _refused(url, f"the character {bad!r} is not allowed (backslash, whitespace, "
-                            "control and non-ASCII characters are refused; percent-encode "
-                            "the path)")
+        raise _refused(
+            url,
+            f"the character {bad!r} is not allowed (backslash, whitespace, "
+            "control and non-ASCII characters are refused; percent-encode "
+            "the path)",
+        )
     match = _AUTHORITY_RE.match(url)
     if match is None or not match.group(1):
         raise _refused(url, "only http:// and https:// URLs with a host are allowed")
     authority = match.group(1)
-    for char, why in (("@", "user info (user:password@) is not allowed"),
-                      ("%", "percent-encoding is not allowed in the host")):
+    for char, why in (
+        ("@", "user info (user:password@) is not allowed"),
+        ("%", "percent-encoding is not allowed in the host"),
+    ):
         if char in authority:
             raise _refused(url, why)
     try:
@@ -174,8 +189,7 @@ def _parse(url: str) -> CallbackTarget:
         raise _refused(url, "the URL is ambiguous (parsers disagree on its host or port)")
     if not (_is_ip(host) or _is_host_name(host)):
         raise _refused(url, f"{host!r} is not a valid host name")
-    return CallbackTarget(url, scheme, host, port, str(parsed.netloc),
-                          parsed.request_uri, ())
+    return CallbackTarget(url, scheme, host, port, str(parsed.netloc), parsed.request_uri, ())
 
 
 def _is_host_name(host: str) -> bool:
@@ -192,5 +206,6 @@ def _is_ip(host: str) -> bool:
 
 
 def _refused(url: str, why: str) -> BatchRejected:
-    return BatchRejected("callback_refused", f"callback_url {url!r} refused: {why}",
-                         field="callback_url")
+    return BatchRejected(
+        "callback_refused", f"callback_url {url!r} refused: {why}", field="callback_url"
+    )

@@ -80,8 +80,9 @@ def _check_peer(connection: HTTPConnection) -> None:
     peer = str(connection.sock.getpeername()[0]) if connection.sock else ""
     if ipaddress.ip_address(peer.split("%")[0]) != ipaddress.ip_address(connection.host):
         connection.close()
-        raise NewConnectionError(connection, f"connected to {peer}, not the checked "
-                                             f"{connection.host}")
+        raise NewConnectionError(
+            connection, f"connected to {peer}, not the checked {connection.host}"
+        )
 
 
 class _PinnedHTTPPool(urllib3.HTTPConnectionPool):
@@ -110,8 +111,9 @@ class WebhookEmitter:
         self.sleep = sleep
         self.ca_certs = ca_certs or requests.utils.DEFAULT_CA_BUNDLE_PATH
 
-    def post(self, target: CallbackTarget, payload: str, webhook_id: str,
-             secret: str | None = None) -> int:
+    def post(
+        self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None = None
+    ) -> int:
         """Deliver `payload` to a checked target; return the receiver's status or raise
         DeliveryError."""
         retrying = Retrying(
@@ -127,8 +129,9 @@ class WebhookEmitter:
             raise DeliveryError(f"{exc} (after {self.attempts} attempts)") from exc
         return status
 
-    def _post_once(self, target: CallbackTarget, payload: str, webhook_id: str,
-                   secret: str | None) -> int:
+    def _post_once(
+        self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None
+    ) -> int:
         url = target.url
         headers = self._headers(target, payload, webhook_id, secret)
         try:
@@ -141,8 +144,9 @@ class WebhookEmitter:
             raise DeliveryError(f"callback {url} answered {status}; not retried")
         return status
 
-    def _headers(self, target: CallbackTarget, payload: str, webhook_id: str,
-                 secret: str | None) -> dict[str, str]:
+    def _headers(
+        self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None
+    ) -> dict[str, str]:
         now = utcnow()
         headers = {
             "host": target.host_header,
@@ -155,8 +159,10 @@ class WebhookEmitter:
             try:
                 headers["webhook-signature"] = Webhook(secret).sign(webhook_id, now, payload)
             except Exception as exc:  # the library raises several types for a bad secret
-                raise DeliveryError(f"cannot sign with the webhook secret ({exc}); fix it "
-                                    "with `dropbox-eval clients rotate-secret`") from exc
+                raise DeliveryError(
+                    f"cannot sign with the webhook secret ({exc}); fix it "
+                    "with `dropbox-eval clients rotate-secret`"
+                ) from exc
         return headers
 
     def _send(self, target: CallbackTarget, body: bytes, headers: dict[str, str]) -> int:
@@ -165,9 +171,16 @@ class WebhookEmitter:
         for address in target.addresses:
             pool = self._pool(target, str(address))
             try:
-                response = pool.urlopen("POST", target.request_uri, body=body, headers=headers,
-                                        redirect=False, retries=False,
-                                        assert_same_host=False, preload_content=False)
+                response = pool.urlopen(
+                    "POST",
+                    target.request_uri,
+                    body=body,
+                    headers=headers,
+                    redirect=False,
+                    retries=False,
+                    assert_same_host=False,
+                    preload_content=False,
+                )
                 status = int(response.status)
                 response.release_conn()
                 return status
@@ -183,16 +196,24 @@ class WebhookEmitter:
         timeout = urllib3.Timeout(connect=min(5.0, self.timeout), read=self.timeout)
         if target.scheme == "http":
             return _PinnedHTTPPool(address, target.port, timeout=timeout, retries=False)
-        return _PinnedHTTPSPool(address, target.port, timeout=timeout, retries=False,
-                                cert_reqs="CERT_REQUIRED", ca_certs=self.ca_certs,
-                                server_hostname=target.host, assert_hostname=target.host)
+        return _PinnedHTTPSPool(
+            address,
+            target.port,
+            timeout=timeout,
+            retries=False,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=self.ca_certs,
+            server_hostname=target.host,
+            assert_hostname=target.host,
+        )
 
 
 class Emitter:
     """Chooses file drop or callback for a report; keeps undelivered reports on disk."""
 
-    def __init__(self, files: FileEmitter, webhooks: WebhookEmitter,
-                 policy: CallbackPolicy | None = None) -> None:
+    def __init__(
+        self, files: FileEmitter, webhooks: WebhookEmitter, policy: CallbackPolicy | None = None
+    ) -> None:
         self.files = files
         self.webhooks = webhooks
         self.policy = policy or CallbackPolicy()
@@ -202,8 +223,9 @@ class Emitter:
         """Where reports whose callback failed are kept."""
         return self.files.outbox / "undelivered"
 
-    def deliver(self, report: dict[str, Any], callback_url: str | None,
-                secret: str | None = None) -> str:
+    def deliver(
+        self, report: dict[str, Any], callback_url: str | None, secret: str | None = None
+    ) -> str:
         """Deliver the report; return a description of where it went."""
         if not callback_url:
             return str(self.files.write(report))

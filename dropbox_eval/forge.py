@@ -21,15 +21,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import requests
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -38,47 +37,22 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .errors import (
-    ForgeAuthError,
-    ForgeError,
-    ForgeNotFound,
-    ForgePermanent,
-    ForgeRetryable,
+from .errors import ForgeNotFound, ForgePermanent, ForgeRetryable
+from .forgewire import (
+    ForgeComment,
+    ForgeIssue,
+    json_body,
+    parse_issue,
+    rfc3339,
+    server_time,
+    status_error,
 )
+
+__all__ = ["ForgeComment", "ForgeIssue", "GiteaClient"]
 
 PAGE_LIMIT = 50
 LABEL_LOCK_TIMEOUT = 60.0
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
-
-
-class ForgeIssue(BaseModel):
-    """The parts of a Gitea issue this product reads."""
-
-    number: int
-    title: str
-    body: str = ""
-    state: str
-    labels: list[str]
-    html_url: str
-    updated_at: datetime
-    closed_at: datetime | None = None
-
-
-class ForgeComment(BaseModel):
-    """One issue comment."""
-
-    id: int
-    body: str
-    created_at: datetime
-
-
-def _issue(data: Any) -> ForgeIssue:
-    try:
-        labels = [str(label["name"]) for label in data.get("labels") or []]
-        return ForgeIssue.model_validate({**data, "labels": labels})
-    except (AttributeError, KeyError, TypeError, ValidationError) as exc:
-        raise ForgePermanent(f"unexpected issue JSON from forge: {exc}") from exc
 
 
 class GiteaClient:
@@ -114,8 +88,10 @@ class GiteaClient:
         )
         self._login: str | None = None
         self._label_lock: AbstractContextManager[Any] = (
-            FileLock(str(label_lock), timeout=LABEL_LOCK_TIMEOUT) if label_lock
-            else threading.Lock())
+            FileLock(str(label_lock), timeout=LABEL_LOCK_TIMEOUT)
+            if label_lock
+            else threading.Lock()
+        )
         self.listed_at: datetime | None = None  # forge clock at the start of the last list
 
     # -- transport ----------------------------------------------------------------------
@@ -124,8 +100,11 @@ class GiteaClient:
         """One HTTP exchange, every failure translated into the project's errors."""
         try:
             response = self.session.request(
-                method, f"{self.api}{path}", timeout=(5.0, self.timeout),
-                allow_redirects=method == "GET", **kwargs,
+                method,
+                f"{self.api}{path}",
+                timeout=(5.0, self.timeout),
+                allow_redirects=method == "GET",
+                **kwargs,
             )
         except requests.Timeout as exc:
             raise ForgeRetryable(f"{method} {path}: forge timed out ({exc})") from exc
@@ -133,12 +112,12 @@ class GiteaClient:
             raise ForgeRetryable(f"{method} {path}: forge unreachable ({exc})") from exc
         if response.status_code < 300:
             return response
-        raise _status_error(method, path, response)
+        raise status_error(method, path, response)
 
     def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> Any:
         """Send (with backoff unless `retry` is false) and return the JSON body."""
         send = self._retrying_send if retry else self._send
-        return _json(send(method, path, **kwargs))
+        return json_body(send(method, path, **kwargs))
 
     def _wait(self, state: RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
@@ -153,17 +132,19 @@ class GiteaClient:
         the server sends no Link header). Sets `listed_at` from the first page's Date."""
         page = 1
         while True:
-            response = self._retrying_send("GET", path, params={**params, "page": page,
-                                                                "limit": PAGE_LIMIT})
+            response = self._retrying_send(
+                "GET", path, params={**params, "page": page, "limit": PAGE_LIMIT}
+            )
             if page == 1:
-                self.listed_at = _server_time(response)
-            items = _json(response)
+                self.listed_at = server_time(response)
+            items = json_body(response)
             if not isinstance(items, list):
                 raise ForgePermanent(f"GET {path}: expected a JSON list")
             yield items
             link = response.headers.get("Link")
-            last = (not _NEXT_LINK_RE.search(link)) if link is not None else (
-                len(items) < PAGE_LIMIT)
+            last = (
+                (not _NEXT_LINK_RE.search(link)) if link is not None else (len(items) < PAGE_LIMIT)
+            )
             if last or not items:
                 return
             page += 1
@@ -213,8 +194,9 @@ class GiteaClient:
         with self._labels_locked():
             ids = self._label_ids(repo, name)
             if not ids:
-                created = self._request("POST", f"/repos/{repo}/labels",
-                                        json={"name": name, "color": color})
+                created = self._request(
+                    "POST", f"/repos/{repo}/labels", json={"name": name, "color": color}
+                )
                 # re-list: a creator that does not share our lock may have raced us
                 ids = self._label_ids(repo, name) or [int(created["id"])]
             if len(ids) > 1:
@@ -263,12 +245,20 @@ class GiteaClient:
 
     def create_issue(self, repo: str, title: str, body: str, label_ids: list[int]) -> ForgeIssue:
         """Create one issue. Never retried blindly: a failed create may still have happened."""
-        data = self._request("POST", f"/repos/{repo}/issues", retry=False,
-                             json={"title": title, "body": body, "labels": label_ids})
-        return _issue(data)
+        data = self._request(
+            "POST",
+            f"/repos/{repo}/issues",
+            retry=False,
+            json={"title": title, "body": body, "labels": label_ids},
+        )
+        return parse_issue(data)
 
     def iter_issues(
-        self, repo: str, *, state: str = "all", labels: str | None = None,
+        self,
+        repo: str,
+        *,
+        state: str = "all",
+        labels: str | None = None,
         since: datetime | None = None,
     ) -> Iterator[ForgeIssue]:
         """Every issue (not PR) matching the filters, newest first, across all pages.
@@ -287,12 +277,11 @@ class GiteaClient:
         for attempt in (1, 2):
             found = False
             for page in self._pages(f"/repos/{repo}/issues", params):
-                for issue in map(_issue, page):
+                for issue in map(parse_issue, page):
                     if names.issubset(issue.labels):
                         found = True
                         yield issue
-            if found or attempt == 2 or since is not None or not self._repair_labels(
-                    repo, names):
+            if found or attempt == 2 or since is not None or not self._repair_labels(repo, names):
                 return
 
     def count_issues(self, repo: str, *, state: str, labels: str) -> int:
@@ -304,8 +293,11 @@ class GiteaClient:
         return count
 
     def _count(self, repo: str, state: str, labels: str) -> int:
-        response = self._retrying_send("GET", f"/repos/{repo}/issues", params={
-            "state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1})
+        response = self._retrying_send(
+            "GET",
+            f"/repos/{repo}/issues",
+            params={"state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1},
+        )
         try:
             return int(response.headers["X-Total-Count"])
         except (KeyError, ValueError) as exc:
@@ -316,7 +308,7 @@ class GiteaClient:
 
     def get_issue(self, repo: str, number: int) -> ForgeIssue:
         """One issue; ForgeNotFound when deleted."""
-        return _issue(self._request("GET", f"/repos/{repo}/issues/{number}"))
+        return parse_issue(self._request("GET", f"/repos/{repo}/issues/{number}"))
 
     def list_comments(self, repo: str, number: int) -> list[ForgeComment]:
         """All comments of an issue, oldest first; ForgeNotFound when the issue is gone."""
@@ -337,81 +329,12 @@ class GiteaClient:
 
     def add_labels(self, repo: str, number: int, label_ids: list[int]) -> None:
         """Add labels (by id) to an issue."""
-        self._request("POST", f"/repos/{repo}/issues/{number}/labels",
-                      json={"labels": label_ids})
+        self._request("POST", f"/repos/{repo}/issues/{number}/labels", json={"labels": label_ids})
 
     def close_issue(self, repo: str, number: int) -> None:
         """Close an issue (Gitea answers PATCH with 201)."""
         self._request("PATCH", f"/repos/{repo}/issues/{number}", json={"state": "closed"})
 
 
-def _json(response: requests.Response) -> Any:
-    if response.status_code == 204 or not response.content:
-        return None
-    try:
-        return response.json()
-    except ValueError as exc:
-        raise ForgePermanent(
-            f"{response.request.method} {response.url}: forge sent non-JSON "
-            f"({response.headers.get('Content-Type', '?')})", response.status_code
-        ) from exc
-
-
-def _status_error(method: str, path: str, response: requests.Response) -> ForgeError:
-    status = response.status_code
-    message = f"{method} {path}: HTTP {status} {_message(response)}".rstrip()
-    if status in RETRYABLE_STATUSES:
-        return ForgeRetryable(message, status, _retry_after(response))
-    if status == 401:
-        return ForgeAuthError(f"{message} (check SAAS_EVAL_GITEA_TOKEN)", status)
-    if status == 403:
-        return ForgeAuthError(f"{message} (the token lacks a permission or scope)", status)
-    if status == 404:
-        return ForgeNotFound(message, status)
-    return ForgePermanent(message, status)
-
-
-def _message(response: requests.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:200]
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return ""
-
-
-def rfc3339(moment: datetime) -> str:
-    """`moment` as RFC 3339 UTC with whole seconds, the form Gitea's `since` parses; a
-    naive datetime is taken as UTC (never sent without an offset)."""
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-    return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _label_names(labels: str | None) -> frozenset[str]:
     return frozenset(name.strip() for name in (labels or "").split(",") if name.strip())
-
-
-def _server_time(response: requests.Response) -> datetime | None:
-    """The forge's clock from `Date`, aware UTC; None when absent, repeated (a proxy added
-    one: requests joins them with ", "), zone-less (`-0000`) or unparsable."""
-    value = response.headers.get("Date")
-    if not value or value.count(",") > 1:
-        return None
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if moment.tzinfo is None:
-        return None
-    return moment.astimezone(UTC)
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None

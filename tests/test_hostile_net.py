@@ -53,30 +53,53 @@ def test_item2_backslash_callback_refused(tmp_path: Path, receiver: Receiver) ->
     assert (tmp_path / "outbox" / "undelivered" / "b1.json").exists()
 
 
-@pytest.mark.parametrize("tail", [
-    "\\@8.8.8.8/hook", "\\\\@8.8.8.8/", "\t@8.8.8.8/", "\n@8.8.8.8/", "\r\n@8.8.8.8/",
-    " @8.8.8.8/", "\x00@8.8.8.8/", "\u3000@8.8.8.8/", "/\\@8.8.8.8/",
-])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "\\@8.8.8.8/hook",
+        "\\\\@8.8.8.8/",
+        "\t@8.8.8.8/",
+        "\n@8.8.8.8/",
+        "\r\n@8.8.8.8/",
+        " @8.8.8.8/",
+        "\x00@8.8.8.8/",
+        "\u3000@8.8.8.8/",
+        "/\\@8.8.8.8/",
+    ],
+)
 def test_item2_separator_tricks_refused(receiver: Receiver, tail: str) -> None:
     _refused(CallbackPolicy(), f"http://127.0.0.1:{_port(receiver)}{tail}")
 
 
-@pytest.mark.parametrize("url", [
-    "http://8.8.8.8@127.0.0.1/hook",            # user info: classic confusion
-    "http://user:pw@8.8.8.8/hook",              # refused too: credentials do not belong here
-    "http://8.8.8.8%40127.0.0.1/hook",          # percent-encoding in the authority
-    "http://127.0.0.1%2f@8.8.8.8/",
-    "http://%31%32%37.0.0.1/hook",
-    "http://[::1%25lo]/hook",                   # zone id
-    "http://127\u30020\u30020\u30021/hook",     # ideographic full stops (IDNA maps them)
-    "http://xn--127-0.0.0.1/\u00e9",
-    "http://0x7f.1/hook", "http://2130706433/hook", "http://127.1/hook",  # inet_aton forms
-    "http://0177.0.0.1/hook", "http://[::ffff:7f00:1]/hook", "http://[0:0:0:0:0:0:0:1]/hook",
-    "http://localhost./hook", "http://LOCALHOST/hook", "HTTP://127.0.0.1/hook",
-    "http://*.example.com/hook", "http://exa mple.com/hook", "https:///hook", "http:/x/hook",
-    "javascript://example.com/%0aalert(1)", "file://localhost/etc/passwd",
-    "http://example.com:0/hook",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://8.8.8.8@127.0.0.1/hook",  # user info: classic confusion
+        "http://user:pw@8.8.8.8/hook",  # refused too: credentials do not belong here
+        "http://8.8.8.8%40127.0.0.1/hook",  # percent-encoding in the authority
+        "http://127.0.0.1%2f@8.8.8.8/",
+        "http://%31%32%37.0.0.1/hook",
+        "http://[::1%25lo]/hook",  # zone id
+        "http://127\u30020\u30020\u30021/hook",  # ideographic full stops (IDNA maps them)
+        "http://xn--127-0.0.0.1/\u00e9",
+        "http://0x7f.1/hook",
+        "http://2130706433/hook",
+        "http://127.1/hook",  # inet_aton forms
+        "http://0177.0.0.1/hook",
+        "http://[::ffff:7f00:1]/hook",
+        "http://[0:0:0:0:0:0:0:1]/hook",
+        "http://localhost./hook",
+        "http://LOCALHOST/hook",
+        "HTTP://127.0.0.1/hook",
+        "http://*.example.com/hook",
+        "http://exa mple.com/hook",
+        "https:///hook",
+        "http:/x/hook",
+        "javascript://example.com/%0aalert(1)",
+        "file://localhost/etc/passwd",
+        "http://example.com:0/hook",
+    ],
+)
 def test_item2_ambiguous_or_internal_urls_refused(url: str) -> None:
     _refused(CallbackPolicy(), url)
 
@@ -88,8 +111,9 @@ def test_item2_userinfo_refused_even_for_allowed_hosts(receiver: Receiver) -> No
     assert "user info" in refused.message
 
 
-def test_item2_rebinding_after_check_is_refused_at_connect(tmp_path: Path,
-                                                           receiver: Receiver) -> None:
+def test_item2_rebinding_after_check_is_refused_at_connect(
+    tmp_path: Path, receiver: Receiver
+) -> None:
     """The name passes the check on one (allowed) address, while the system resolver says
     127.0.0.1 where the receiver listens. The POST goes to the checked address only."""
     port = _port(receiver)
@@ -101,8 +125,9 @@ def test_item2_rebinding_after_check_is_refused_at_connect(tmp_path: Path,
     assert receiver.received == []
 
 
-def test_item2_delivery_reaches_checked_address_with_host_header(tmp_path: Path,
-                                                                 receiver: Receiver) -> None:
+def test_item2_delivery_reaches_checked_address_with_host_header(
+    tmp_path: Path, receiver: Receiver
+) -> None:
     """A name only the injected resolver knows: the POST reaches the checked address and
     still says which host it is for."""
     port = _port(receiver)
@@ -119,7 +144,8 @@ def test_item2_checked_names_resolving_inside_are_refused() -> None:
     assert "metadata" in _refused(inside, "https://hooks.example.com/x").message
     public = CallbackPolicy(resolver=lambda host, port: ["93.184.216.34"])
     assert [str(a) for a in public.check("https://hooks.example.com/x").addresses] == [
-        "93.184.216.34"]
+        "93.184.216.34"
+    ]
 
 
 @pytest.fixture
@@ -151,7 +177,8 @@ def tls_receiver(tmp_path: Path) -> Iterator[tuple[int, str, list[str]]]:
 
 
 def test_item2_tls_verifies_the_url_name_not_the_pinned_address(
-        tmp_path: Path, tls_receiver: tuple[int, str, list[str]]) -> None:
+    tmp_path: Path, tls_receiver: tuple[int, str, list[str]]
+) -> None:
     port, ca_file, hosts = tls_receiver
     policy = CallbackPolicy("127.0.0.1", resolver=lambda host, port: ["127.0.0.1"])
     emitter = _emitter(tmp_path, policy, ca_certs=ca_file)
@@ -165,10 +192,21 @@ def test_item2_tls_verifies_the_url_name_not_the_pinned_address(
 # -- item 5: malformed URLs are a clear refusal, never a ValueError --------------------------
 
 MALFORMED = [
-    "http://example.com:99999/", "http://[::1/", "http://example.com:-1/",
-    "http://example.com:80:80/", "http://example.com:8a/", "http://[not-an-ip]/",
-    "http://]/", "http://[::1]x/", "http://", "http://:80/", "https://?x", "http://#",
-    "http://a..b/", "http://-a.example.com/", "http://" + "a" * 3000 + ".com/",
+    "http://example.com:99999/",
+    "http://[::1/",
+    "http://example.com:-1/",
+    "http://example.com:80:80/",
+    "http://example.com:8a/",
+    "http://[not-an-ip]/",
+    "http://]/",
+    "http://[::1]x/",
+    "http://",
+    "http://:80/",
+    "https://?x",
+    "http://#",
+    "http://a..b/",
+    "http://-a.example.com/",
+    "http://" + "a" * 3000 + ".com/",
 ]
 
 
@@ -178,8 +216,9 @@ def test_item5_malformed_callback_refused_by_policy(url: str) -> None:
 
 
 @pytest.mark.parametrize("url", ["http://example.com:99999/", "http://[::1/"])
-def test_item5_malformed_callback_file_ends_in_rejected(app: App, forge: SandboxForge,
-                                                       funded: str, url: str) -> None:
+def test_item5_malformed_callback_file_ends_in_rejected(
+    app: App, forge: SandboxForge, funded: str, url: str
+) -> None:
     forge.clear_requests()
     path = app.inbox.root / "cb.json"
     path.write_text(json.dumps({"client_id": funded, "tasks": tasks(1), "callback_url": url}))
@@ -198,16 +237,21 @@ def api(app: App) -> Iterator[str]:
     server.stop()
 
 
-@pytest.mark.parametrize("url", ["http://example.com:99999/", "http://[::1/",
-                                 "http://127.0.0.1:9\\@8.8.8.8/hook"])
-def test_item5_api_answers_422_for_a_bad_callback(app: App, api: str, forge: SandboxForge,
-                                                  url: str) -> None:
+@pytest.mark.parametrize(
+    "url", ["http://example.com:99999/", "http://[::1/", "http://127.0.0.1:9\\@8.8.8.8/hook"]
+)
+def test_item5_api_answers_422_for_a_bad_callback(
+    app: App, api: str, forge: SandboxForge, url: str
+) -> None:
     app.billing.add_client("acme", 100)
     key = app.billing.new_api_key("acme")
     forge.clear_requests()
-    answer = requests.post(f"{api}/api/eval/batches", timeout=30,
-                           headers={"Authorization": f"Bearer {key}"},
-                           json={"tasks": tasks(1), "callback_url": url})
+    answer = requests.post(
+        f"{api}/api/eval/batches",
+        timeout=30,
+        headers={"Authorization": f"Bearer {key}"},
+        json={"tasks": tasks(1), "callback_url": url},
+    )
     assert answer.status_code == 422, answer.text
     assert answer.json()["reason"] == "callback_refused"
     assert forge.requests == [] and app.billing.client("acme").held == 0
