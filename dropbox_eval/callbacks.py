@@ -138,7 +138,7 @@ class CallbackPolicy:
             pass
         try:
             found = self.resolver(host, port)
-            addresses = tuple(ipaddress.ip_address(a.split("%")[0]) for a in found)
+            addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%")[0]) for a in found))
         except (OSError, UnicodeError, ValueError) as exc:
             raise _refused(url, f"{host} does not resolve ({exc})") from exc
         if not addresses:

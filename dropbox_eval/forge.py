@@ -232,10 +232,9 @@ class GiteaClient:
         half-way leaves duplicates that the next call merges again."""
         listed_at, extra = self.listed_at, set(extras)
         for page in self._pages(f"/repos/{repo}/issues", {"state": "all", "type": "issues"}):
-            for item in page:
-                ids = {int(lab["id"]) for lab in item.get("labels") or []}
+            for number, ids in map(_number_and_label_ids, page):
                 if ids & extra and keep not in ids:
-                    self.add_labels(repo, int(item["number"]), [keep])
+                    self.add_labels(repo, number, [keep])
         for label_id in extras:
             with suppress(ForgeNotFound):  # another process merged it first
                 self._request("DELETE", f"/repos/{repo}/labels/{label_id}")
@@ -271,7 +270,7 @@ class GiteaClient:
         params: dict[str, Any] = {"state": state, "type": "issues"}
         names = _label_names(labels)
         if names:
-            params["labels"] = ",".join(names)
+            params["labels"] = ",".join(sorted(names))
         if since is not None:
             params["since"] = rfc3339(since)
         for attempt in (1, 2):
@@ -338,3 +337,10 @@ class GiteaClient:
 
 def _label_names(labels: str | None) -> frozenset[str]:
     return frozenset(name.strip() for name in (labels or "").split(",") if name.strip())
+
+
+def _number_and_label_ids(item: Any) -> tuple[int, set[int]]:
+    try:
+        return int(item["number"]), {int(lab["id"]) for lab in item.get("labels") or []}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ForgePermanent(f"unexpected issue JSON from forge: {exc}") from exc
