@@ -76,12 +76,13 @@ def why_refused(address: IPAddress) -> str | None:
     for attribute, words in (
         ("is_loopback", "a loopback address"),
         ("is_link_local", "a link-local address"),
+        ("is_site_local", "a site-local address"),  # fec0::/10: deprecated, still routed
         ("is_private", "a private address"),
         ("is_multicast", "a multicast address"),
         ("is_unspecified", "an unspecified address"),
         ("is_reserved", "a reserved address"),
     ):
-        if getattr(address, attribute):
+        if getattr(address, attribute, False):
             return words
     if not address.is_global:  # shared address space (100.64/10), documentation ranges...
         return "not a public internet address"

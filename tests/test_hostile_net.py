@@ -98,6 +98,8 @@ def test_item2_separator_tricks_refused(receiver: Receiver, tail: str) -> None:
         "javascript://example.com/%0aalert(1)",
         "file://localhost/etc/passwd",
         "http://example.com:0/hook",
+        "http://[fec0::1]/hook",  # site-local: Python counts it as global
+        "http://[64:ff9b::7f00:1]/hook",  # NAT64 of 127.0.0.1
     ],
 )
 def test_item2_ambiguous_or_internal_urls_refused(url: str) -> None:
