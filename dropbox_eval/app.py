@@ -46,7 +46,8 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     gitea = None
     if with_forge and settings.gitea_url and settings.gitea_token:
         gitea = GiteaClient(settings.gitea_url, settings.gitea_token,
-                            timeout=settings.forge_timeout, attempts=1)
+                            timeout=settings.forge_timeout, attempts=1,
+                            label_lock=settings.state_path / "labels.lock")
     emitter = Emitter(FileEmitter(settings.outbox_path),
                       WebhookEmitter(timeout=settings.callback_timeout, attempts=1),
                       CallbackPolicy(settings.callback_allow))

@@ -1,18 +1,25 @@
 """Report delivery: a file in the outbox, or a signed POST to the batch's callback URL.
 
-This module is the boundary for delivery errors: whatever `requests` raises becomes a
+This module is the boundary for delivery errors: whatever urllib3 raises becomes a
 DeliveryError. A report whose callback keeps failing is kept in `outbox/undelivered/`.
+
+The POST goes to an address the CallbackPolicy checked moments before (the host name is
+never resolved again), and the socket's peer is compared with that address once connected.
+The Host header and the TLS server name and certificate check keep the URL's host name.
+No proxy from the environment is used and redirects are not followed.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import requests
+import requests.utils
+import urllib3
 from standardwebhooks import Webhook
 from tenacity import (
     Retrying,
@@ -20,8 +27,10 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential,
 )
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import HTTPError, NewConnectionError
 
-from .callbacks import CallbackPolicy
+from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
 from .fileio import write_atomically
 from .models import utcnow
@@ -51,6 +60,39 @@ class FileEmitter:
         return path
 
 
+class _PinnedHTTPConnection(HTTPConnection):
+    """Refuses a socket whose peer is not the address the pool was pinned to."""
+
+    def connect(self) -> None:
+        super().connect()
+        _check_peer(self)
+
+
+class _PinnedHTTPSConnection(HTTPSConnection):
+    """The TLS variant of _PinnedHTTPConnection."""
+
+    def connect(self) -> None:
+        super().connect()
+        _check_peer(self)
+
+
+def _check_peer(connection: HTTPConnection) -> None:
+    peer = str(connection.sock.getpeername()[0]) if connection.sock else ""
+    if ipaddress.ip_address(peer.split("%")[0]) != ipaddress.ip_address(connection.host):
+        connection.close()
+        raise NewConnectionError(
+            connection, f"connected to {peer}, not the checked {connection.host}"
+        )
+
+
+class _PinnedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _PinnedHTTPConnection
+
+
+class _PinnedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _PinnedHTTPSConnection
+
+
 class WebhookEmitter:
     """POSTs reports with Standard Webhooks headers; 3 attempts with exponential backoff."""
 
@@ -61,16 +103,19 @@ class WebhookEmitter:
         attempts: int = CALLBACK_ATTEMPTS,
         backoff: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
-        session: requests.Session | None = None,
+        ca_certs: str | None = None,
     ) -> None:
         self.timeout = timeout
         self.attempts = attempts
         self.backoff = backoff
         self.sleep = sleep
-        self.session = session or requests.Session()
+        self.ca_certs = ca_certs or requests.utils.DEFAULT_CA_BUNDLE_PATH
 
-    def post(self, url: str, payload: str, webhook_id: str, secret: str | None = None) -> int:
-        """Deliver `payload`; return the receiver's status or raise DeliveryError."""
+    def post(
+        self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None = None
+    ) -> int:
+        """Deliver `payload` to a checked target; return the receiver's status or raise
+        DeliveryError."""
         retrying = Retrying(
             retry=retry_if_exception_type(_RetryableDelivery),
             stop=stop_after_attempt(self.attempts),
@@ -79,14 +124,32 @@ class WebhookEmitter:
             reraise=True,
         )
         try:
-            status: int = retrying(self._post_once, url, payload, webhook_id, secret)
+            status: int = retrying(self._post_once, target, payload, webhook_id, secret)
         except _RetryableDelivery as exc:
             raise DeliveryError(f"{exc} (after {self.attempts} attempts)") from exc
         return status
 
-    def _post_once(self, url: str, payload: str, webhook_id: str, secret: str | None) -> int:
+    def _post_once(
+        self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None
+    ) -> int:
+        url = target.url
+        headers = self._headers(target, payload, webhook_id, secret)
+        try:
+            status = self._send(target, payload.encode(), headers)
+        except HTTPError as exc:
+            raise _RetryableDelivery(f"callback {url} unreachable: {exc}") from exc
+        if status == 429 or status >= 500:
+            raise _RetryableDelivery(f"callback {url} answered {status}")
+        if status >= 300:
+            raise DeliveryError(f"callback {url} answered {status}; not retried")
+        return status
+
+    def _headers(
+        self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None
+    ) -> dict[str, str]:
         now = utcnow()
         headers = {
+            "host": target.host_header,
             "content-type": "application/json",
             "user-agent": "dropbox-eval",
             "webhook-id": webhook_id,
@@ -96,26 +159,61 @@ class WebhookEmitter:
             try:
                 headers["webhook-signature"] = Webhook(secret).sign(webhook_id, now, payload)
             except Exception as exc:  # the library raises several types for a bad secret
-                raise DeliveryError(f"cannot sign with the webhook secret ({exc}); fix it "
-                                    "with `dropbox-eval clients rotate-secret`") from exc
-        try:
-            response = self.session.post(url, data=payload.encode(), headers=headers,
-                                         timeout=self.timeout, allow_redirects=False)
-        except requests.RequestException as exc:
-            raise _RetryableDelivery(f"callback {url} unreachable: {exc}") from exc
-        status = response.status_code
-        if status == 429 or status >= 500:
-            raise _RetryableDelivery(f"callback {url} answered {status}")
-        if status >= 300:
-            raise DeliveryError(f"callback {url} answered {status}; not retried")
-        return status
+                raise DeliveryError(
+                    f"cannot sign with the webhook secret ({exc}); fix it "
+                    "with `dropbox-eval clients rotate-secret`"
+                ) from exc
+        return headers
+
+    def _send(self, target: CallbackTarget, body: bytes, headers: dict[str, str]) -> int:
+        """One POST, to each checked address in turn until one accepts the connection."""
+        error: HTTPError | None = None
+        for address in target.addresses:
+            pool = self._pool(target, str(address))
+            try:
+                response = pool.urlopen(
+                    "POST",
+                    target.request_uri,
+                    body=body,
+                    headers=headers,
+                    redirect=False,
+                    retries=False,
+                    assert_same_host=False,
+                    preload_content=False,
+                )
+                status = int(response.status)
+                response.release_conn()
+                return status
+            except NewConnectionError as exc:  # this address refused: try the next
+                error = exc
+            finally:
+                pool.close()
+        if error is None:
+            raise DeliveryError(f"callback {target.url}: no checked address to connect to")
+        raise error
+
+    def _pool(self, target: CallbackTarget, address: str) -> urllib3.HTTPConnectionPool:
+        timeout = urllib3.Timeout(connect=min(5.0, self.timeout), read=self.timeout)
+        if target.scheme == "http":
+            return _PinnedHTTPPool(address, target.port, timeout=timeout, retries=False)
+        return _PinnedHTTPSPool(
+            address,
+            target.port,
+            timeout=timeout,
+            retries=False,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=self.ca_certs,
+            server_hostname=target.host,
+            assert_hostname=target.host,
+        )
 
 
 class Emitter:
     """Chooses file drop or callback for a report; keeps undelivered reports on disk."""
 
-    def __init__(self, files: FileEmitter, webhooks: WebhookEmitter,
-                 policy: CallbackPolicy | None = None) -> None:
+    def __init__(
+        self, files: FileEmitter, webhooks: WebhookEmitter, policy: CallbackPolicy | None = None
+    ) -> None:
         self.files = files
         self.webhooks = webhooks
         self.policy = policy or CallbackPolicy()
@@ -125,24 +223,25 @@ class Emitter:
         """Where reports whose callback failed are kept."""
         return self.files.outbox / "undelivered"
 
-    def deliver(self, report: dict[str, Any], callback_url: str | None,
-                secret: str | None = None) -> str:
+    def deliver(
+        self, report: dict[str, Any], callback_url: str | None, secret: str | None = None
+    ) -> str:
         """Deliver the report; return a description of where it went."""
         if not callback_url:
             return str(self.files.write(report))
         webhook_id = f"msg_{report['batch_id']}"
         try:
-            self._check(callback_url)
-            status = self.webhooks.post(callback_url, report_bytes(report), webhook_id, secret)
+            target = self._check(callback_url)
+            status = self.webhooks.post(target, report_bytes(report), webhook_id, secret)
         except DeliveryError:
             self.files.write(report, self.undelivered_dir)
             raise
         (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
         return f"{callback_url} (HTTP {status})"
 
-    def _check(self, url: str) -> None:
+    def _check(self, url: str) -> CallbackTarget:
         """Re-check at delivery time: the name may resolve elsewhere than at intake."""
         try:
-            self.policy.check(url)
+            return self.policy.check(url)
         except BatchRejected as exc:
             raise DeliveryError(exc.message) from exc

@@ -2,21 +2,33 @@
 
 Quirks handled here (see README "Forge compatibility"): labels are given by id on create,
 `limit` is capped at 50 so lists are paged until a short page, `since` filters on update time,
-PATCH answers 201, the comments of a missing issue answer 500 on Gitea, and duplicate label
-names are allowed (so labels are listed before one is created).
+PATCH answers 201, the comments of a missing issue answer 500 on Gitea, and logins, org and
+repo names are case-insensitive.
+
+Label names are not unique on Gitea, and the issue list's `labels` filter takes names only
+(an id is read as an unknown name), ANDs the ids of every label with that name, and drops the
+filter altogether when no name matches. So labels are created under a lock (a file lock when
+`label_lock` is given) after listing them, the oldest (lowest id) is kept, and duplicates are
+merged into it (their issues get the oldest label, then they are deleted). A filtered list
+that comes back empty checks for duplicates once and repairs them, and filtered results are
+re-checked on the client so an unknown name never lets every issue through.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
-from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 import requests
-from pydantic import BaseModel, ValidationError
+from filelock import FileLock
+from filelock import Timeout as LockTimeout
+from pydantic import ValidationError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -25,46 +37,22 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from .errors import (
-    ForgeAuthError,
-    ForgeError,
-    ForgeNotFound,
-    ForgePermanent,
-    ForgeRetryable,
+from .errors import ForgeNotFound, ForgePermanent, ForgeRetryable
+from .forgewire import (
+    ForgeComment,
+    ForgeIssue,
+    json_body,
+    parse_issue,
+    rfc3339,
+    server_time,
+    status_error,
 )
 
+__all__ = ["ForgeComment", "ForgeIssue", "GiteaClient"]
+
 PAGE_LIMIT = 50
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+LABEL_LOCK_TIMEOUT = 60.0
 _NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
-
-
-class ForgeIssue(BaseModel):
-    """The parts of a Gitea issue this product reads."""
-
-    number: int
-    title: str
-    body: str = ""
-    state: str
-    labels: list[str]
-    html_url: str
-    updated_at: datetime
-    closed_at: datetime | None = None
-
-
-class ForgeComment(BaseModel):
-    """One issue comment."""
-
-    id: int
-    body: str
-    created_at: datetime
-
-
-def _issue(data: Any) -> ForgeIssue:
-    try:
-        labels = [str(label["name"]) for label in data.get("labels") or []]
-        return ForgeIssue.model_validate({**data, "labels": labels})
-    except (AttributeError, KeyError, TypeError, ValidationError) as exc:
-        raise ForgePermanent(f"unexpected issue JSON from forge: {exc}") from exc
 
 
 class GiteaClient:
@@ -80,7 +68,10 @@ class GiteaClient:
         max_wait: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         session: requests.Session | None = None,
+        label_lock: Path | None = None,
     ) -> None:
+        """`label_lock`: a lock file shared by every process that may create labels in the
+        same repos (the service and the CLI use `<state>/labels.lock`)."""
         self.base_url = base_url.rstrip("/")
         self.api = f"{self.base_url}/api/v1"
         self.timeout = timeout
@@ -96,6 +87,11 @@ class GiteaClient:
             }
         )
         self._login: str | None = None
+        self._label_lock: AbstractContextManager[Any] = (
+            FileLock(str(label_lock), timeout=LABEL_LOCK_TIMEOUT)
+            if label_lock
+            else threading.Lock()
+        )
         self.listed_at: datetime | None = None  # forge clock at the start of the last list
 
     # -- transport ----------------------------------------------------------------------
@@ -104,8 +100,11 @@ class GiteaClient:
         """One HTTP exchange, every failure translated into the project's errors."""
         try:
             response = self.session.request(
-                method, f"{self.api}{path}", timeout=(5.0, self.timeout),
-                allow_redirects=method == "GET", **kwargs,
+                method,
+                f"{self.api}{path}",
+                timeout=(5.0, self.timeout),
+                allow_redirects=method == "GET",
+                **kwargs,
             )
         except requests.Timeout as exc:
             raise ForgeRetryable(f"{method} {path}: forge timed out ({exc})") from exc
@@ -113,12 +112,12 @@ class GiteaClient:
             raise ForgeRetryable(f"{method} {path}: forge unreachable ({exc})") from exc
         if response.status_code < 300:
             return response
-        raise _status_error(method, path, response)
+        raise status_error(method, path, response)
 
     def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> Any:
         """Send (with backoff unless `retry` is false) and return the JSON body."""
         send = self._retrying_send if retry else self._send
-        return _json(send(method, path, **kwargs))
+        return json_body(send(method, path, **kwargs))
 
     def _wait(self, state: RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
@@ -133,17 +132,19 @@ class GiteaClient:
         the server sends no Link header). Sets `listed_at` from the first page's Date."""
         page = 1
         while True:
-            response = self._retrying_send("GET", path, params={**params, "page": page,
-                                                                "limit": PAGE_LIMIT})
+            response = self._retrying_send(
+                "GET", path, params={**params, "page": page, "limit": PAGE_LIMIT}
+            )
             if page == 1:
-                self.listed_at = _server_time(response)
-            items = _json(response)
+                self.listed_at = server_time(response)
+            items = json_body(response)
             if not isinstance(items, list):
                 raise ForgePermanent(f"GET {path}: expected a JSON list")
             yield items
             link = response.headers.get("Link")
-            last = (not _NEXT_LINK_RE.search(link)) if link is not None else (
-                len(items) < PAGE_LIMIT)
+            last = (
+                (not _NEXT_LINK_RE.search(link)) if link is not None else (len(items) < PAGE_LIMIT)
+            )
             if last or not items:
                 return
             page += 1
@@ -177,7 +178,8 @@ class GiteaClient:
         except ForgeNotFound:
             pass
         owner, name = full_name.split("/", 1)
-        path = "/user/repos" if owner == self.login() else f"/orgs/{owner}/repos"
+        mine = owner.casefold() == self.login().casefold()  # logins are case-insensitive
+        path = "/user/repos" if mine else f"/orgs/{owner}/repos"
         body = {"name": name, "description": "dropbox-eval tasks", "private": True}
         try:
             return str(self._request("POST", path, json=body)["html_url"])
@@ -187,49 +189,125 @@ class GiteaClient:
         return str(self._request("GET", f"/repos/{full_name}")["html_url"])
 
     def ensure_label(self, repo: str, name: str, color: str) -> int:
-        """The id of label `name` in `repo`, created if missing (lowest id if duplicated)."""
-        labels = self._request("GET", f"/repos/{repo}/labels")
-        ids = sorted(int(lab["id"]) for lab in labels if lab.get("name") == name)
-        if ids:
+        """The id of label `name` in `repo`, created if missing. Duplicates (Gitea allows
+        them) are merged into the oldest, whose id is returned."""
+        with self._labels_locked():
+            ids = self._label_ids(repo, name)
+            if not ids:
+                created = self._request(
+                    "POST", f"/repos/{repo}/labels", json={"name": name, "color": color}
+                )
+                # re-list: a creator that does not share our lock may have raced us
+                ids = self._label_ids(repo, name) or [int(created["id"])]
+            if len(ids) > 1:
+                self._merge_labels(repo, ids[0], ids[1:])
             return ids[0]
-        created = self._request("POST", f"/repos/{repo}/labels",
-                                json={"name": name, "color": color})
-        return int(created["id"])
+
+    def repair_label(self, repo: str, name: str) -> bool:
+        """Merge duplicates of label `name` into the oldest; True when there were any."""
+        with self._labels_locked():
+            ids = self._label_ids(repo, name)
+            if len(ids) > 1:
+                self._merge_labels(repo, ids[0], ids[1:])
+            return len(ids) > 1
+
+    @contextmanager
+    def _labels_locked(self) -> Iterator[None]:
+        try:
+            with self._label_lock:
+                yield
+        except LockTimeout as exc:
+            raise ForgeRetryable(f"label lock {exc.lock_file} busy; retried later") from exc
+
+    def _label_ids(self, repo: str, name: str) -> list[int]:
+        """Ids of the repo labels called `name`, oldest first (all labels: no `page`)."""
+        labels = self._request("GET", f"/repos/{repo}/labels")
+        try:
+            return sorted(int(lab["id"]) for lab in labels if lab.get("name") == name)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ForgePermanent(f"unexpected labels JSON from forge: {exc}") from exc
+
+    def _merge_labels(self, repo: str, keep: int, extras: list[int]) -> None:
+        """Give `keep` to every issue carrying one of `extras`, then delete `extras`. A crash
+        half-way leaves duplicates that the next call merges again."""
+        listed_at, extra = self.listed_at, set(extras)
+        for page in self._pages(f"/repos/{repo}/issues", {"state": "all", "type": "issues"}):
+            for number, ids in map(_number_and_label_ids, page):
+                if ids & extra and keep not in ids:
+                    self.add_labels(repo, number, [keep])
+        for label_id in extras:
+            with suppress(ForgeNotFound):  # another process merged it first
+                self._request("DELETE", f"/repos/{repo}/labels/{label_id}")
+        self.listed_at = listed_at
 
     # -- issues -------------------------------------------------------------------------
 
     def create_issue(self, repo: str, title: str, body: str, label_ids: list[int]) -> ForgeIssue:
         """Create one issue. Never retried blindly: a failed create may still have happened."""
-        data = self._request("POST", f"/repos/{repo}/issues", retry=False,
-                             json={"title": title, "body": body, "labels": label_ids})
-        return _issue(data)
+        data = self._request(
+            "POST",
+            f"/repos/{repo}/issues",
+            retry=False,
+            json={"title": title, "body": body, "labels": label_ids},
+        )
+        return parse_issue(data)
 
     def iter_issues(
-        self, repo: str, *, state: str = "all", labels: str | None = None,
+        self,
+        repo: str,
+        *,
+        state: str = "all",
+        labels: str | None = None,
         since: datetime | None = None,
     ) -> Iterator[ForgeIssue]:
-        """Every issue (not PR) matching the filters, newest first, across all pages."""
+        """Every issue (not PR) matching the filters, newest first, across all pages.
+
+        `labels` are names, ANDed. A naive `since` is taken as UTC. Only issues carrying
+        every named label are yielded. A list without `since` that comes back empty is
+        retried once after duplicate labels (which make Gitea's filter match nothing) were
+        merged; an incremental list is not (that would cost a request per idle poll): the
+        full poll's `count_issues` probe heals them."""
         params: dict[str, Any] = {"state": state, "type": "issues"}
-        if labels:
-            params["labels"] = labels
+        names = _label_names(labels)
+        if names:
+            params["labels"] = ",".join(sorted(names))
         if since is not None:
-            params["since"] = since.isoformat()
-        for page in self._pages(f"/repos/{repo}/issues", params):
-            for item in page:
-                yield _issue(item)
+            params["since"] = rfc3339(since)
+        for attempt in (1, 2):
+            found = False
+            for page in self._pages(f"/repos/{repo}/issues", params):
+                for issue in map(parse_issue, page):
+                    if names.issubset(issue.labels):
+                        found = True
+                        yield issue
+            if found or attempt == 2 or since is not None or not self._repair_labels(repo, names):
+                return
 
     def count_issues(self, repo: str, *, state: str, labels: str) -> int:
-        """How many issues match, from `X-Total-Count` of a one-item page (one request)."""
-        response = self._retrying_send("GET", f"/repos/{repo}/issues", params={
-            "state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1})
+        """How many issues match, from `X-Total-Count` of a one-item page (one request, two
+        when the answer is 0 and duplicate labels had to be merged first)."""
+        count = self._count(repo, state, labels)
+        if count == 0 and self._repair_labels(repo, _label_names(labels)):
+            count = self._count(repo, state, labels)
+        return count
+
+    def _count(self, repo: str, state: str, labels: str) -> int:
+        response = self._retrying_send(
+            "GET",
+            f"/repos/{repo}/issues",
+            params={"state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1},
+        )
         try:
             return int(response.headers["X-Total-Count"])
         except (KeyError, ValueError) as exc:
             raise ForgePermanent(f"GET /repos/{repo}/issues: no X-Total-Count header") from exc
 
+    def _repair_labels(self, repo: str, names: frozenset[str]) -> bool:
+        return any([self.repair_label(repo, name) for name in sorted(names)])
+
     def get_issue(self, repo: str, number: int) -> ForgeIssue:
         """One issue; ForgeNotFound when deleted."""
-        return _issue(self._request("GET", f"/repos/{repo}/issues/{number}"))
+        return parse_issue(self._request("GET", f"/repos/{repo}/issues/{number}"))
 
     def list_comments(self, repo: str, number: int) -> list[ForgeComment]:
         """All comments of an issue, oldest first; ForgeNotFound when the issue is gone."""
@@ -250,62 +328,19 @@ class GiteaClient:
 
     def add_labels(self, repo: str, number: int, label_ids: list[int]) -> None:
         """Add labels (by id) to an issue."""
-        self._request("POST", f"/repos/{repo}/issues/{number}/labels",
-                      json={"labels": label_ids})
+        self._request("POST", f"/repos/{repo}/issues/{number}/labels", json={"labels": label_ids})
 
     def close_issue(self, repo: str, number: int) -> None:
         """Close an issue (Gitea answers PATCH with 201)."""
         self._request("PATCH", f"/repos/{repo}/issues/{number}", json={"state": "closed"})
 
 
-def _json(response: requests.Response) -> Any:
-    if response.status_code == 204 or not response.content:
-        return None
+def _label_names(labels: str | None) -> frozenset[str]:
+    return frozenset(name.strip() for name in (labels or "").split(",") if name.strip())
+
+
+def _number_and_label_ids(item: Any) -> tuple[int, set[int]]:
     try:
-        return response.json()
-    except ValueError as exc:
-        raise ForgePermanent(
-            f"{response.request.method} {response.url}: forge sent non-JSON "
-            f"({response.headers.get('Content-Type', '?')})", response.status_code
-        ) from exc
-
-
-def _status_error(method: str, path: str, response: requests.Response) -> ForgeError:
-    status = response.status_code
-    message = f"{method} {path}: HTTP {status} {_message(response)}".rstrip()
-    if status in RETRYABLE_STATUSES:
-        return ForgeRetryable(message, status, _retry_after(response))
-    if status == 401:
-        return ForgeAuthError(f"{message} (check SAAS_EVAL_GITEA_TOKEN)", status)
-    if status == 403:
-        return ForgeAuthError(f"{message} (the token lacks a permission or scope)", status)
-    if status == 404:
-        return ForgeNotFound(message, status)
-    return ForgePermanent(message, status)
-
-
-def _message(response: requests.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:200]
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return ""
-
-
-def _server_time(response: requests.Response) -> datetime | None:
-    try:
-        return parsedate_to_datetime(response.headers["Date"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+        return int(item["number"]), {int(lab["id"]) for lab in item.get("labels") or []}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ForgePermanent(f"unexpected issue JSON from forge: {exc}") from exc

@@ -56,6 +56,7 @@ def find_marked(gitea: GiteaClient, batch: BatchRecord, pending: list[TaskRecord
     """The issues an interrupted attempt created for these tasks, by their marker."""
     wanted = {t.task_id for t in pending}
     found: dict[str, ForgeIssue] = {}
+    gitea.repair_label(batch.repo, label)  # two labels of one name would hide every issue
     for issue in gitea.iter_issues(batch.repo, labels=label,
                                    since=batch.created_at - ADOPT_MARGIN):
         marked = read_marker(issue.body)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from .query import DEFAULT_PAGING_NUM, MAX_RESPONSE_ITEMS
 from .schemas import CreateLabelOption, CreateRepoOption
-from .web import body, forge, int_param, login, reply, total_headers
+from .web import body, forge, index, int_param, login, reply, total_headers
 
 router = APIRouter(prefix="/api/v1")
 
@@ -77,3 +77,10 @@ async def create_label(request: Request, owner: str, repo: str) -> JSONResponse:
     opt = await body(request, CreateLabelOption)
     label = forge(request).create_label(owner, repo, opt.name, opt.color, opt.description or "")
     return reply(label, 201)
+
+
+@router.delete("/repos/{owner}/{repo}/labels/{label_id}")
+async def delete_label(request: Request, owner: str, repo: str, label_id: str) -> Response:
+    """Delete a label (it leaves every issue); 204, or 404 when unknown."""
+    forge(request).delete_label(owner, repo, index(label_id))
+    return Response(status_code=204)

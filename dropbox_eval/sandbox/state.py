@@ -122,6 +122,15 @@ class ForgeState:
             repo = self._repo(owner, name)
             return self._labels_json(repo, [self._new_label(repo, label, color, description)])[0]
 
+    def delete_label(self, owner: str, name: str, label_id: int) -> None:
+        """Delete a repo label and take it off every issue (like Gitea); 404 if unknown."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            if repo.labels.pop(label_id, None) is None:
+                raise NotFoundError()
+            for issue in repo.issues.values():
+                issue.labels.pop(label_id, None)
+
     def _new_label(self, repo: Repo, name: str, color: str, description: str = "") -> Label:
         if not name:
             raise ForgeError(422, "[Name]: Required")

@@ -1,0 +1,125 @@
+"""The forge's wire format: the JSON it answers (issues, comments), its timestamps and
+headers, and HTTP statuses translated into the project's errors (used by forge.py only)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Annotated, Any
+
+import requests
+from pydantic import AfterValidator, BaseModel, ValidationError
+
+from .errors import ForgeAuthError, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable
+
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _as_utc(moment: datetime) -> datetime:
+    """Aware UTC; a forge (or proxy) timestamp without an offset is taken as UTC."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
+
+
+class ForgeIssue(BaseModel):
+    """The parts of a Gitea issue this product reads."""
+
+    number: int
+    title: str
+    body: str = ""
+    state: str
+    labels: list[str]
+    html_url: str
+    updated_at: UtcDatetime
+    closed_at: UtcDatetime | None = None
+
+
+class ForgeComment(BaseModel):
+    """One issue comment."""
+
+    id: int
+    body: str
+    created_at: UtcDatetime
+
+
+def parse_issue(data: Any) -> ForgeIssue:
+    """A ForgeIssue from the forge's JSON (label objects become their names)."""
+    try:
+        labels = [str(label["name"]) for label in data.get("labels") or []]
+        return ForgeIssue.model_validate({**data, "labels": labels})
+    except (AttributeError, KeyError, TypeError, ValidationError) as exc:
+        raise ForgePermanent(f"unexpected issue JSON from forge: {exc}") from exc
+
+
+def json_body(response: requests.Response) -> Any:
+    """The JSON body (None when empty); ForgePermanent when it is not JSON."""
+    if response.status_code == 204 or not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise ForgePermanent(
+            f"{response.request.method} {response.url}: forge sent non-JSON "
+            f"({response.headers.get('Content-Type', '?')})",
+            response.status_code,
+        ) from exc
+
+
+def status_error(method: str, path: str, response: requests.Response) -> ForgeError:
+    """The project's error for an HTTP error status."""
+    status = response.status_code
+    message = f"{method} {path}: HTTP {status} {_message(response)}".rstrip()
+    if status in RETRYABLE_STATUSES:
+        return ForgeRetryable(message, status, retry_after(response))
+    if status == 401:
+        return ForgeAuthError(f"{message} (check SAAS_EVAL_GITEA_TOKEN)", status)
+    if status == 403:
+        return ForgeAuthError(f"{message} (the token lacks a permission or scope)", status)
+    if status == 404:
+        return ForgeNotFound(message, status)
+    return ForgePermanent(message, status)
+
+
+def _message(response: requests.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return ""
+
+
+def rfc3339(moment: datetime) -> str:
+    """`moment` as RFC 3339 UTC with whole seconds, the form Gitea's `since` parses; a
+    naive datetime is taken as UTC (never sent without an offset)."""
+    return _as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def server_time(response: requests.Response) -> datetime | None:
+    """The forge's clock from `Date`, aware UTC; None when absent, repeated (a proxy added
+    one: requests joins them with ", "), zone-less (`-0000`) or unparsable."""
+    value = response.headers.get("Date")
+    if not value or value.count(",") > 1:
+        return None
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:
+        return None
+    return moment.astimezone(UTC)
+
+
+def retry_after(response: requests.Response) -> float | None:
+    """The `Retry-After` hint in seconds, if it is a number."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
