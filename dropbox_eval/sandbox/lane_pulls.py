@@ -57,12 +57,13 @@ class PullsLane:
         self.gate = gate
         self._plans: dict[int, _Plan] = {}
         self._seen: set[int] = set()
-        self._rng: random.Random | None = None
+        self._rng = random.Random(0)
+        self._seed = 0
 
     def step(self, config: LaneConfig, now: float, pick_up: bool) -> int:
         """Advance every plan due at `now` (and pick up new issues); returns actions taken."""
-        if self._rng is None:
-            self._rng = random.Random(config.seed)
+        if config.seed != self._seed:  # a new seed restarts the merge/abandon draw
+            self._rng, self._seed = random.Random(config.seed), config.seed
         actions = 0
         if pick_up:
             for issue in self._due(config, now):
@@ -104,7 +105,6 @@ class PullsLane:
             )
         except ForgeError:
             return 1  # a PR for this branch is already open: leave the issue to a human
-        assert self._rng is not None
         merge = FAIL_MARKER not in issue.body and self._rng.random() < config.merge_ratio
         self._plans[issue.id] = _Plan(issue, pr, merge, now + config.merge_delay)
         return 1
