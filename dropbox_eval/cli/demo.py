@@ -40,7 +40,7 @@ def demo(obj: Context, lane_delay: float, timeout: float) -> None:
     """The whole flow in this folder on the embedded sandbox forge; prints the report."""
     from ..sandbox import SandboxForge
 
-    with friendly_errors(), SandboxForge(lane_delay=lane_delay) as forge:
+    with friendly_errors(), SandboxForge.from_env(lane_delay=lane_delay) as forge:
         settings = obj.settings(gitea_url=forge.url, gitea_token=forge.token, owner=forge.user,
                                 repo=None, poll_interval=0.5, quiet_period=0.2)
         app = build_app(settings)

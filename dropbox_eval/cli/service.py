@@ -40,7 +40,7 @@ def _maybe_sandbox(obj: Context, enabled: bool, lane_delay: float) -> Iterator[d
         return
     from ..sandbox import SandboxForge
 
-    with SandboxForge(lane_delay=lane_delay) as forge:
+    with SandboxForge.from_env(lane_delay=lane_delay) as forge:
         logging.getLogger("dropbox_eval").info("sandbox forge at %s (token %s)", forge.url,
                                                forge.token)
         yield {"gitea_url": forge.url, "gitea_token": forge.token, "owner": forge.user,
@@ -70,7 +70,8 @@ def sandbox(port: int, lane_delay: float) -> None:
     """Run the sandbox forge (Gitea API subset + simulated lane) alone."""
     from ..sandbox import SandboxForge
 
-    with SandboxForge(port=port, lane_delay=lane_delay if lane_delay >= 0 else None) as forge:
+    lane = lane_delay if lane_delay >= 0 else None
+    with SandboxForge.from_env(port=port, lane_delay=lane) as forge:
         click.echo(f"SAAS_EVAL_GITEA_URL={forge.url}")
         click.echo(f"SAAS_EVAL_GITEA_TOKEN={forge.token}")
         click.echo(f"SAAS_EVAL_OWNER={forge.user}")

@@ -1,8 +1,18 @@
 """Gitea-compatible in-memory sandbox forge and simulated lane for demos and tests."""
 
-from .faults import RequestLogEntry
+from .faults import RequestLogEntry, RequestStart
 from .lane import SimulatedLane
+from .lane_config import LaneConfig
+from .options import SandboxOptions
 from .server import SandboxForge
 from .state import ForgeState
 
-__all__ = ["ForgeState", "RequestLogEntry", "SandboxForge", "SimulatedLane"]
+__all__ = [
+    "ForgeState",
+    "LaneConfig",
+    "RequestLogEntry",
+    "RequestStart",
+    "SandboxForge",
+    "SandboxOptions",
+    "SimulatedLane",
+]

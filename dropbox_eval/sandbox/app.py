@@ -2,34 +2,43 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from . import control, routes_issues, routes_repos
+from . import control, control_lane, routes_issues, routes_pulls, routes_repos
 from .errors import ForgeError, error_body
 from .middleware import ApiMiddleware
 from .schemas import gitea_message
 from .state import ForgeState
 
+if TYPE_CHECKING:
+    from .lane import SimulatedLane
 
-def create_app(state: ForgeState) -> FastAPI:
-    """Build the Gitea-compatible app serving `state`."""
+
+def create_app(state: ForgeState, lane: SimulatedLane | None = None) -> FastAPI:
+    """Build the Gitea-compatible app serving `state` (and controlling `lane`, if any)."""
     app = FastAPI(title="dropbox-eval sandbox forge", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.forge = state
+    app.state.lane = lane
     app.include_router(routes_issues.router)  # hot path first: fewer route matches
+    app.include_router(routes_pulls.router)
     app.include_router(routes_repos.router)
     app.include_router(control.router)
+    app.include_router(control_lane.router)
     app.add_middleware(ApiMiddleware, state=state)
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse(error_body(status, message, state.base_url), status_code=status)
+    def error(status: int, message: str, extra: dict[str, object] | None = None) -> JSONResponse:
+        body = error_body(status, message, state.base_url, extra)
+        return JSONResponse(body, status_code=status)
 
     @app.exception_handler(ForgeError)
     async def forge_error(_: Request, exc: ForgeError) -> JSONResponse:
-        return error(exc.status, exc.message)
+        return error(exc.status, exc.message, exc.extra)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:

@@ -18,6 +18,7 @@ class FaultsOption(BaseModel):
     status: int = 503
     retry_after: int | None = None
     path_contains: str = ""
+    method: str = ""
 
 
 class DelayOption(BaseModel):
@@ -37,7 +38,8 @@ class FailForOption(BaseModel):
 async def add_faults(request: Request, opt: FaultsOption) -> JSONResponse:
     """Fail the next `count` matching API requests."""
     forge(request).faults.fail_next(
-        opt.count, opt.status, retry_after=opt.retry_after, path_contains=opt.path_contains
+        opt.count, opt.status, retry_after=opt.retry_after, path_contains=opt.path_contains,
+        method=opt.method,
     )
     return reply({"ok": True})
 
@@ -65,8 +67,12 @@ async def fail_for(request: Request, opt: FailForOption) -> JSONResponse:
 
 @router.get("/requests")
 async def list_requests(request: Request) -> JSONResponse:
-    """The API request log, oldest first."""
-    return reply([entry.to_json() for entry in forge(request).log.entries()])
+    """The API request log, oldest first: answered requests, or with `?phase=started`
+    every request as it arrived (before delay, faults, auth and handler)."""
+    log = forge(request).log
+    if request.query_params.get("phase") == "started":
+        return reply([entry.to_json() for entry in log.started()])
+    return reply([entry.to_json() for entry in log.entries()])
 
 
 @router.delete("/requests")

@@ -6,10 +6,13 @@ from __future__ import annotations
 class ForgeError(Exception):
     """An API error that is answered as a Gitea-style JSON body."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, extra: dict[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.extra = extra or {}
 
 
 class NotFoundError(ForgeError):
@@ -19,9 +22,11 @@ class NotFoundError(ForgeError):
         super().__init__(404, "not found")
 
 
-def error_body(status: int, message: str, base_url: str) -> dict[str, object]:
+def error_body(
+    status: int, message: str, base_url: str, extra: dict[str, object] | None = None
+) -> dict[str, object]:
     """Return the JSON body Gitea sends for an error with this status."""
     url = f"{base_url}/api/swagger"
     if status == 404:
         return {"errors": None, "message": message, "url": url}
-    return {"message": message, "url": url}
+    return {"message": message, "url": url, **(extra or {})}

@@ -22,6 +22,19 @@ class RequestLogEntry:
 
 
 @dataclass(frozen=True)
+class RequestStart:
+    """One API request as it arrived, before any delay, fault, auth or handler ran."""
+
+    method: str
+    path: str
+    query: str
+
+    def to_json(self) -> dict[str, object]:
+        """Render as a plain dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Fault:
     """A canned answer for a faulted request."""
 
@@ -34,6 +47,10 @@ class _FailRule:
     remaining: int
     fault: Fault
     path_contains: str
+    method: str = ""
+
+    def matches(self, path: str, method: str) -> bool:
+        return self.path_contains in path and (not self.method or self.method == method)
 
 
 class Faults:
@@ -48,12 +65,14 @@ class Faults:
 
     def fail_next(
         self, count: int, status: int = 503, *, retry_after: int | None = None,
-        path_contains: str = "",
+        path_contains: str = "", method: str = "",
     ) -> None:
-        """Make the next `count` API requests whose path contains `path_contains` fail."""
+        """Make the next `count` API requests fail whose path contains `path_contains`
+        and, if `method` is given, whose method is `method` (e.g. POST only)."""
         if count > 0:
+            rule = _FailRule(count, Fault(status, retry_after), path_contains, method.upper())
             with self._lock:
-                self._rules.append(_FailRule(count, Fault(status, retry_after), path_contains))
+                self._rules.append(rule)
 
     def fail_for(self, seconds: float, status: int = 503) -> None:
         """Make every API request fail with `status` for the next `seconds`."""
@@ -68,15 +87,15 @@ class Faults:
             self._fail_until = 0.0
             self.delay = 0.0
 
-    def take(self, path: str) -> Fault | None:
-        """Return the fault to answer for a request to `path`, consuming a one-shot rule."""
+    def take(self, path: str, method: str = "") -> Fault | None:
+        """Return the fault to answer for `method path`, consuming a one-shot rule."""
         if not self._rules and not self._fail_until:
             return None
         with self._lock:
             if self._fail_until and time.monotonic() < self._fail_until:
                 return Fault(self._fail_status)
             for rule in self._rules:
-                if rule.path_contains in path:
+                if rule.matches(path, method):
                     rule.remaining -= 1
                     if rule.remaining <= 0:
                         self._rules.remove(rule)
@@ -85,11 +104,35 @@ class Faults:
 
 
 class RequestLog:
-    """Append-only, thread-safe log of API requests."""
+    """Append-only, thread-safe log of API requests: started ones and answered ones."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._entries: list[RequestLogEntry] = []
+        self._started: list[RequestStart] = []
+
+    def begin(self, entry: RequestStart) -> None:
+        """Record a request as it arrives (before it is delayed, faulted or answered)."""
+        with self._lock:
+            self._started.append(entry)
+            self._lock.notify_all()
+
+    def started(self) -> list[RequestStart]:
+        """Return a copy of the started-requests log."""
+        with self._lock:
+            return list(self._started)
+
+    def wait_started(
+        self, method: str, path_contains: str, timeout: float, count: int = 1
+    ) -> bool:
+        """Block until `count` requests `method ...path_contains...` have started."""
+        def seen() -> bool:
+            hits = [e for e in self._started
+                    if e.method == method.upper() and path_contains in e.path]
+            return len(hits) >= count
+
+        with self._lock:
+            return self._lock.wait_for(seen, timeout)
 
     def append(self, entry: RequestLogEntry) -> None:
         """Record one request."""
@@ -105,3 +148,4 @@ class RequestLog:
         """Forget all recorded requests."""
         with self._lock:
             self._entries.clear()
+            self._started.clear()

@@ -9,7 +9,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_body
-from .faults import Fault, RequestLogEntry
+from .faults import Fault, RequestLogEntry, RequestStart
 from .state import ForgeState
 
 API_PREFIX = "/api/v1"
@@ -31,6 +31,7 @@ class ApiMiddleware:
             await self.app(scope, receive, send)
             return
         query = scope.get("query_string", b"").decode("latin-1")
+        self.state.log.begin(RequestStart(scope["method"], path, query))
         logged = False
 
         def record(status: int) -> None:
@@ -55,7 +56,7 @@ class ApiMiddleware:
         faults = self.state.faults
         if faults.delay > 0:
             await asyncio.sleep(faults.delay)
-        fault = faults.take(path)
+        fault = faults.take(path, scope["method"])
         if fault is not None:
             await _reply_fault(send, fault)
             return
@@ -74,7 +75,7 @@ class ApiMiddleware:
                 header = value
                 break
         parts = header.decode("latin-1").split()
-        if len(parts) != 2 or parts[0].lower() not in ("token", "bearer"):
+        if len(parts) != 2 or not self.state.flavor.accepts_scheme(parts[0]):
             return None, "token is required"
         login = self.state.login_for_token(parts[1])
         return login, "user does not exist [uid: 0, name: ]"

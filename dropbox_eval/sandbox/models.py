@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .timeline import Event
 
 JSON = dict[str, Any]
 
@@ -95,8 +98,12 @@ class Repo:
             "archived": False,
             "default_branch": "main",
             "has_issues": True,
-            "open_issues_count": sum(1 for i in self.issues.values() if i.closed is None),
+            "open_issues_count": self._open(pulls=False),
+            "open_pr_counter": self._open(pulls=True),
         }
+
+    def _open(self, *, pulls: bool) -> int:
+        return sum(1 for i in self.issues.values() if i.closed is None and i.is_pull == pulls)
 
 
 @dataclass(eq=False)
@@ -113,11 +120,12 @@ class Comment:
     def to_json(self, base_url: str) -> JSON:
         """Render as Gitea's Comment object."""
         issue_html = self.issue.html_url(base_url)
+        pull = self.issue.is_pull
         return {
             "id": self.id,
             "html_url": f"{issue_html}#issuecomment-{self.id}",
-            "issue_url": issue_html,
-            "pull_request_url": "",
+            "issue_url": "" if pull else issue_html,
+            "pull_request_url": issue_html if pull else "",
             "body": self.body,
             "user": self.user.to_json(),
             "original_author": "",
@@ -129,8 +137,24 @@ class Comment:
 
 
 @dataclass(eq=False)
+class Pull:
+    """The pull-request side of an issue that is a PR (no git here: branches are names)."""
+
+    id: int
+    head: str
+    base: str
+    head_sha: str
+    additions: int = 0
+    deletions: int = 0
+    changed_files: int = 0
+    merged: float | None = None
+    merge_sha: str | None = None
+    merged_by: Account | None = None
+
+
+@dataclass(eq=False)
 class Issue:
-    """An issue; `closed` is the close time or None while open."""
+    """An issue or a PR (`pull` set); `closed` is the close time or None while open."""
 
     id: int
     number: int
@@ -144,10 +168,25 @@ class Issue:
     labels: dict[int, Label] = field(default_factory=dict)
     assignees: list[Account] = field(default_factory=list)
     comments: list[Comment] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    pull: Pull | None = None
+
+    @property
+    def is_pull(self) -> bool:
+        """True for a pull request."""
+        return self.pull is not None
 
     def html_url(self, base_url: str) -> str:
-        """Web URL of the issue."""
-        return f"{base_url}/{self.repo.full_name}/issues/{self.number}"
+        """Web URL of the issue (`/pulls/N` for a PR, like Gitea)."""
+        kind = "pulls" if self.pull is not None else "issues"
+        return f"{base_url}/{self.repo.full_name}/{kind}/{self.number}"
+
+    def pull_meta(self, base_url: str) -> JSON | None:
+        """Gitea's `PullRequestMeta` for a PR, None for a plain issue."""
+        if self.pull is None:
+            return None
+        return {"merged": self.pull.merged is not None, "merged_at": iso(self.pull.merged),
+                "draft": False, "html_url": self.html_url(base_url)}
 
     def label_list(self) -> list[Label]:
         """Labels on the issue ordered by name then id (like Gitea)."""
@@ -180,7 +219,7 @@ class Issue:
             "updated_at": iso(self.updated),
             "closed_at": iso(self.closed),
             "due_date": None,
-            "pull_request": None,
+            "pull_request": self.pull_meta(base_url),
             "repository": {
                 "id": repo.id,
                 "name": repo.name,

@@ -27,6 +27,7 @@ class IssueQuery:
     page: int = 1
     limit: int = DEFAULT_PAGING_NUM
     pulls_only: bool = False
+    issues_only: bool = False
 
 
 def normalize_color(color: str) -> str:

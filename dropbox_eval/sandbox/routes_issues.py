@@ -25,6 +25,7 @@ def _issue_query(request: Request) -> IssueQuery:
         page=max(1, int_param(request, "page") or 1),
         limit=page_size(int_param(request, "limit")),
         pulls_only=params.get("type") == "pulls",
+        issues_only=params.get("type") == "issues",
     )
 
 
@@ -71,7 +72,8 @@ async def edit_issue(request: Request, owner: str, repo: str, number: str) -> JS
     """Edit an issue; answers 201 like Gitea."""
     opt = await body(request, EditIssueOption)
     issue = forge(request).edit_issue(
-        owner, repo, index(number), title=opt.title, body=opt.body, state=opt.state
+        owner, repo, index(number), title=opt.title, body=opt.body, state=opt.state,
+        doer=login(request),
     )
     return reply(issue, 201)
 
@@ -85,10 +87,10 @@ async def delete_issue(request: Request, owner: str, repo: str, number: str) -> 
 
 @router.get("/{number}/comments")
 async def issue_comments(request: Request, owner: str, repo: str, number: str) -> JSONResponse:
-    """All comments of an issue (500 for a missing issue, like Gitea)."""
+    """All comments of an issue (missing issue: 500 on Gitea, 404 on Forgejo)."""
     params = request.query_params
     items = forge(request).issue_comments(
-        owner, repo, index(number, quirk_500=True), parse_time(params.get("since")),
+        owner, repo, index(number, quirk_500=_quirk(request)), parse_time(params.get("since")),
         parse_time(params.get("before")),
     )
     return reply(items, headers=total_headers(len(items)))
@@ -96,10 +98,10 @@ async def issue_comments(request: Request, owner: str, repo: str, number: str) -
 
 @router.post("/{number}/comments")
 async def create_comment(request: Request, owner: str, repo: str, number: str) -> JSONResponse:
-    """Comment on an issue (500 for a missing issue, like Gitea)."""
+    """Comment on an issue (missing issue: 500 on Gitea, 404 on Forgejo)."""
     opt = await body(request, CreateCommentOption)
     comment = forge(request).create_comment(
-        owner, repo, index(number, quirk_500=True), login(request), opt.body
+        owner, repo, index(number, quirk_500=_quirk(request)), login(request), opt.body
     )
     return reply(comment, 201)
 
@@ -115,8 +117,14 @@ async def add_issue_labels(request: Request, owner: str, repo: str, number: str)
     """Add labels by ids or names; answers all labels now on the issue."""
     opt = await body(request, IssueLabelsOption)
     ids, names = split_labels(opt.labels or [])
-    labels = forge(request).add_issue_labels(owner, repo, index(number), ids, names)
+    labels = forge(request).add_issue_labels(owner, repo, index(number), ids, names,
+                                             doer=login(request))
     return reply(labels)
+
+
+def _quirk(request: Request) -> bool:
+    """Whether a garbage issue index answers 500 (Gitea) instead of 404 (Forgejo)."""
+    return forge(request).flavor.missing_issue_status == 500
 
 
 def split_labels(values: list[object]) -> tuple[list[int], list[str]]:

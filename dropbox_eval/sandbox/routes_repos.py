@@ -13,9 +13,9 @@ router = APIRouter(prefix="/api/v1")
 
 
 @router.get("/version")
-async def version() -> JSONResponse:
-    """Server version (no auth)."""
-    return reply({"version": "1.22.0+sandbox"})
+async def version(request: Request) -> JSONResponse:
+    """Server version (no auth); Forgejo-style `X+gitea-1.22.0` on the Forgejo flavour."""
+    return reply({"version": forge(request).flavor.version})
 
 
 @router.get("/user")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ForgeError
 
@@ -67,6 +67,29 @@ class IssueLabelsOption(_Option):
     """Body of `POST /repos/{o}/{r}/issues/{n}/labels`: ids or names."""
 
     labels: list[Any] | None = None
+
+
+class CreatePullRequestOption(_Option):
+    """Body of `POST /repos/{o}/{r}/pulls`."""
+
+    head: str = ""
+    base: str = ""
+    title: str = ""
+    body: str | None = None
+
+
+class EditPullRequestOption(_Option):
+    """Body of `PATCH /repos/{o}/{r}/pulls/{n}`."""
+
+    title: str | None = None
+    body: str | None = None
+    state: str | None = None
+
+
+class MergePullRequestOption(_Option):
+    """Body of `POST /repos/{o}/{r}/pulls/{n}/merge`; Go matches `Do`/`do` either way."""
+
+    do: str | None = Field(None, validation_alias=AliasChoices("Do", "do", "DO"))
 
 
 M = TypeVar("M", bound=BaseModel)

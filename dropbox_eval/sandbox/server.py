@@ -7,33 +7,58 @@ from typing import Any
 
 from ..webserver import BackgroundServer
 from .app import create_app
-from .faults import RequestLogEntry
+from .faults import RequestLogEntry, RequestStart
+from .flavor import Flavor, FlavorName
 from .lane import SimulatedLane
+from .lane_config import LaneConfig
+from .options import SandboxOptions
 from .state import ForgeState
 
 
 class SandboxForge:
-    """A Gitea-compatible forge on 127.0.0.1, optionally with a simulated lane."""
+    """A Gitea- or Forgejo-flavoured forge on 127.0.0.1, optionally with a simulated lane.
+
+    `lane` (a `LaneConfig`) wins over `lane_delay`/`lane_interval`; `hold_lane` starts with
+    every issue held until released.
+    """
 
     def __init__(
         self, *, port: int = 0, token: str = "sandbox-token", user: str = "eval",
         lane_delay: float | None = None, lane_interval: float = 0.1,
+        flavor: FlavorName = "gitea", repo_quota: int | None = None,
+        lane: LaneConfig | None = None, hold_lane: bool = False,
     ) -> None:
         self.port = port
         self.token = token
         self.user = user
         self.url = f"http://127.0.0.1:{port}"
-        self.state = ForgeState(token=token, user=user, base_url=self.url)
+        self.state = ForgeState(token=token, user=user, base_url=self.url,
+                                flavor=Flavor(flavor, repo_quota))
         self.lane: SimulatedLane | None = None
-        if lane_delay is not None:
-            self.lane = SimulatedLane(self.state, lane_delay, lane_interval)
+        if lane is None and lane_delay is not None:
+            lane = LaneConfig(delay=lane_delay, interval=lane_interval)
+        if lane is not None:
+            self.lane = SimulatedLane(self.state, config=lane, hold_all=hold_lane)
         self._server: BackgroundServer | None = None
+
+    @classmethod
+    def from_env(
+        cls, *, port: int = 0, lane_delay: float | None = None,
+        options: SandboxOptions | None = None,
+    ) -> SandboxForge:
+        """A forge configured by `SANDBOX_*` variables (see `options`); no lane if
+        `lane_delay` is None. ValueError on a bad variable."""
+        opts = options or SandboxOptions.from_env()
+        lane = None if lane_delay is None else opts.lane_config(lane_delay)
+        return cls(port=port, flavor=opts.flavor, repo_quota=opts.repo_quota, lane=lane,
+                   hold_lane=opts.lane_held)
 
     def start(self) -> SandboxForge:
         """Serve in a background thread and wait until the socket is bound."""
         if self._server is not None:
             return self
-        server = BackgroundServer(create_app(self.state), port=self.port, name="sandbox-forge")
+        app = create_app(self.state, self.lane)
+        server = BackgroundServer(app, port=self.port, name="sandbox-forge")
         self.url = server.start()
         self._server, self.port = server, server.port
         self.state.base_url = self.url
@@ -63,6 +88,17 @@ class SandboxForge:
         """Copy of the API request log."""
         return self.state.log.entries()
 
+    @property
+    def started_requests(self) -> list[RequestStart]:
+        """Copy of the log of API requests as they arrived (answered or not)."""
+        return self.state.log.started()
+
+    def wait_for_request(
+        self, method: str, path_contains: str, timeout: float = 5.0, count: int = 1
+    ) -> bool:
+        """Block until `count` matching API requests have *started*; False on timeout."""
+        return self.state.log.wait_started(method, path_contains, timeout, count)
+
     def clear_requests(self) -> None:
         """Forget the API request log."""
         self.state.log.clear()
@@ -83,11 +119,12 @@ class SandboxForge:
 
     def fail_next(
         self, count: int, status: int = 503, *, retry_after: int | None = None,
-        path_contains: str = "",
+        path_contains: str = "", method: str = "",
     ) -> None:
-        """The next `count` matching API requests answer `status` without side effects."""
+        """The next `count` API requests matching path (and `method`, if given) answer
+        `status` without side effects."""
         self.state.faults.fail_next(count, status, retry_after=retry_after,
-                                    path_contains=path_contains)
+                                    path_contains=path_contains, method=method)
 
     def set_delay(self, seconds: float) -> None:
         """Every API request sleeps `seconds` before answering."""

@@ -1,0 +1,250 @@
+"""Core of the sandbox forge's in-memory data: accounts, repos, labels and record helpers.
+
+Private `_` helpers expect `self.lock` held; public methods take it themselves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterable
+
+from .errors import ForgeError, NotFoundError
+from .faults import Faults, RequestLog
+from .flavor import Flavor
+from .models import JSON, Account, Comment, Issue, Label, Pull, Repo
+from .query import normalize_color, page_size
+from .timeline import Event
+
+LANE_BOT = "lane-bot"
+
+
+class StateBase:
+    """Users/orgs, repos and labels, plus the helpers issues and pulls share."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "sandbox-token",
+        user: str = "eval",
+        org: str = "evalorg",
+        base_url: str = "http://127.0.0.1",
+        flavor: Flavor | None = None,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.base_url = base_url
+        self.flavor = flavor or Flavor()
+        self.faults = Faults()
+        self.log = RequestLog()
+        self._ids = {
+            kind: itertools.count(1) for kind in ("acct", "repo", "label", "issue", "cmt", "pull")
+        }
+        self.accounts: dict[str, Account] = {}
+        self.repos: dict[tuple[str, str], Repo] = {}
+        self.open_issues: dict[int, Issue] = {}
+        self.user = self._add_account(user)
+        self.org = self._add_account(org, is_org=True)
+        self.lane_bot = self._add_account(LANE_BOT)
+        self.tokens: dict[str, Account] = {token: self.user}
+
+    # ----- accounts and repos -------------------------------------------------------------
+    def _next(self, kind: str) -> int:
+        return next(self._ids[kind])
+
+    def _add_account(self, login: str, *, is_org: bool = False) -> Account:
+        account = Account(self._next("acct"), login, is_org)
+        self.accounts[login.lower()] = account
+        return account
+
+    def login_for_token(self, token: str) -> str | None:
+        """Return the login owning `token`, or None."""
+        account = self.tokens.get(token)
+        return account.login if account else None
+
+    def user_json(self, login: str) -> JSON:
+        """Return the User object of `login`."""
+        with self.lock:
+            return self._account(login).to_json()
+
+    def _account(self, login: str) -> Account:
+        account = self.accounts.get(login.lower())
+        if account is None:
+            raise NotFoundError()
+        return account
+
+    def create_repo(
+        self,
+        owner: str,
+        name: str,
+        *,
+        description: str = "",
+        private: bool = False,
+        auto_init: bool = False,
+        org_only: bool = False,
+    ) -> JSON:
+        """Create a repo; 404 unknown owner, 422 bad name, 409 exists, 413 over quota."""
+        with self.lock:
+            account = self._account(owner)
+            if org_only and not account.is_org:
+                raise NotFoundError()
+            self.flavor.check_repo_name(name)
+            key = (account.login.lower(), name.lower())
+            if key in self.repos:
+                raise ForgeError(409, "The repository with the same name already exists.")
+            owned = sum(1 for repo in self.repos.values() if repo.owner is account)
+            self.flavor.check_quota(account.id, account.login, owned)
+            repo = Repo(self._next("repo"), account, name, description, private, not auto_init)
+            self.repos[key] = repo
+            return repo.to_json(self.base_url)
+
+    def _repo(self, owner: str, name: str) -> Repo:
+        repo = self.repos.get((owner.lower(), name.lower()))
+        if repo is None:
+            raise NotFoundError()
+        return repo
+
+    def get_repo(self, owner: str, name: str) -> JSON:
+        """Return the Repository object; 404 if missing."""
+        with self.lock:
+            return self._repo(owner, name).to_json(self.base_url)
+
+    # ----- labels -------------------------------------------------------------------------
+    def _repo_api(self, repo: Repo) -> str:
+        return f"{self.base_url}/api/v1/repos/{repo.full_name}"
+
+    def _labels_json(self, repo: Repo, labels: Iterable[Label]) -> list[JSON]:
+        api = self._repo_api(repo)
+        return [label.to_json(api) for label in labels]
+
+    def list_labels(
+        self, owner: str, name: str, page: int | None = None, limit: int | None = None
+    ) -> tuple[list[JSON], int]:
+        """Repo labels by name; all of them unless `page` >= 1. Returns (page, total)."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            labels = sorted(repo.labels.values(), key=lambda lb: (lb.name, lb.id))
+            if page is not None and page > 0:
+                size = page_size(limit)
+                labels = labels[(page - 1) * size : page * size]
+            return self._labels_json(repo, labels), len(repo.labels)
+
+    def create_label(
+        self, owner: str, name: str, label: str, color: str, description: str = ""
+    ) -> JSON:
+        """Create a label (duplicate names allowed, like Gitea); 422 on a bad color."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            return self._labels_json(repo, [self._new_label(repo, label, color, description)])[0]
+
+    def delete_label(self, owner: str, name: str, label_id: int) -> None:
+        """Delete a repo label and take it off every issue (like Gitea); 404 if unknown."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            if repo.labels.pop(label_id, None) is None:
+                raise NotFoundError()
+            for issue in repo.issues.values():
+                issue.labels.pop(label_id, None)
+
+    def _new_label(self, repo: Repo, name: str, color: str, description: str = "") -> Label:
+        if not name:
+            raise ForgeError(422, "[Name]: Required")
+        label = Label(self._next("label"), name, normalize_color(color), description)
+        repo.labels[label.id] = label
+        return label
+
+    # ----- record helpers (lock held) -----------------------------------------------------
+    def _issue(self, repo: Repo, number: int, *, quirk: bool = False) -> Issue:
+        """The issue or PR `number`; missing -> 404, or the flavour's status if `quirk`."""
+        issue = repo.issues.get(number)
+        if issue is None:
+            if quirk and self.flavor.missing_issue_status == 500:
+                raise ForgeError(500, "GetRawIssueByIndex")
+            raise NotFoundError()
+        return issue
+
+    def _new_issue(
+        self, repo: Repo, poster: Account, title: str, body: str, pull: Pull | None = None
+    ) -> Issue:
+        """A new open issue (or PR) taking the repo's next number."""
+        now = time.time()
+        repo.last_index += 1
+        issue = Issue(
+            self._next("issue"),
+            repo.last_index,
+            repo,
+            poster,
+            self.flavor.cut_title(title),
+            body,
+            now,
+            now,
+            pull=pull,
+        )
+        repo.issues[issue.number] = issue
+        self.open_issues[issue.id] = issue
+        return issue
+
+    def _event(
+        self,
+        issue: Issue,
+        kind: str,
+        user: Account,
+        *,
+        body: str = "",
+        label: Label | None = None,
+        ref_issue: Issue | None = None,
+        ref_action: str = "none",
+        commit_sha: str = "",
+    ) -> Event:
+        """Append a timeline event and bump the issue (every Gitea comment row does)."""
+        now = time.time()
+        event = Event(
+            self._next("cmt"),
+            issue,
+            kind,
+            user,
+            now,
+            body=body,
+            label=label,
+            ref_issue=ref_issue,
+            ref_action=ref_action,
+            commit_sha=commit_sha,
+        )
+        issue.events.append(event)
+        issue.updated = now
+        return event
+
+    def _set_closed(self, issue: Issue, closed: bool, doer: Account) -> None:
+        """Close or reopen with a `close`/`reopen` event; no-op if already in that state."""
+        if closed and issue.closed is None:
+            issue.closed = time.time()
+            self.open_issues.pop(issue.id, None)
+            self._event(issue, "close", doer)
+        elif not closed and issue.closed is not None:
+            issue.closed = None
+            self.open_issues[issue.id] = issue
+            self._event(issue, "reopen", doer)
+
+    def _add_comment(self, issue: Issue, poster: Account, body: str) -> Comment:
+        now = time.time()
+        comment = Comment(self._next("cmt"), issue, poster, body, now, now)
+        issue.comments.append(comment)
+        issue.repo.comments[comment.id] = comment
+        issue.updated = now
+        return comment
+
+    def _add_labels(self, issue: Issue, labels: Iterable[Label], doer: Account) -> None:
+        """Put labels on an issue, with a `label` event (body "1") per newly added one."""
+        for label in labels:
+            if label.id not in issue.labels:
+                issue.labels[label.id] = label
+                self._event(issue, "label", doer, body="1", label=label)
+        issue.updated = time.time()
+
+    def _labels_named(self, repo: Repo, names: Iterable[str]) -> list[Label]:
+        """First repo label of each name, creating missing ones (green, like the lane)."""
+        chosen = []
+        for name in names:
+            found = [lb for lb in repo.labels.values() if lb.name == name]
+            chosen.append(found[0] if found else self._new_label(repo, name, "00aa00"))
+        return chosen

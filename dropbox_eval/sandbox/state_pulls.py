@@ -1,0 +1,200 @@
+"""Pull requests of the sandbox forge: create, list, edit, merge, and issue references.
+
+A PR is an issue with a `Pull` record (shared number space, like Gitea). `#N` references
+in its title/body add a `pull_ref` event on issue N; merging closes the issues referenced
+with a closing keyword (`Closes #N`, `fixes #N`, ...) with a `close` event by the merger.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .errors import ForgeError, NotFoundError
+from .models import JSON, Account, Issue, Pull, Repo
+from .pullrequest import fake_sha, pull_json
+from .query import page_size
+from .state_base import StateBase
+from .timeline import find_references
+
+MERGE_STYLES = ("merge", "rebase", "rebase-merge", "squash", "fast-forward-only", "manually-merged")
+
+
+class PullsMixin(StateBase):
+    """Pull-request operations (mixed into `ForgeState`)."""
+
+    def create_pull(
+        self,
+        owner: str,
+        name: str,
+        poster: str,
+        *,
+        head: str,
+        base: str,
+        title: str,
+        body: str = "",
+    ) -> JSON:
+        """Open a PR; 422 without title/branches or with head == base, 409 if one is open."""
+        if not title.strip():
+            raise ForgeError(422, "[Title]: Required")
+        if not head or not base:
+            raise ForgeError(422, f"[{'Head' if not head else 'Base'}]: Required")
+        if head == base:
+            raise ForgeError(422, "Invalid PullRequestCompare: head and base are the same")
+        with self.lock:
+            repo = self._repo(owner, name)
+            pr = self.open_pull(repo, self._account(poster), head, base, title, body)
+            return pull_json(pr, self.base_url)
+
+    def open_pull(
+        self, repo: Repo, poster: Account, head: str, base: str, title: str, body: str
+    ) -> Issue:
+        """Record-level `create_pull` (lock held by the caller or taken here)."""
+        with self.lock:
+            for other in repo.issues.values():
+                if (
+                    other.pull is not None
+                    and other.closed is None
+                    and (other.pull.head, other.pull.base) == (head, base)
+                ):
+                    raise ForgeError(
+                        409,
+                        "pull request already exists for these targets "
+                        f"[head_branch: {head}, base_branch: {base}]",
+                    )
+            pull_id = self._next("pull")
+            pull = Pull(
+                pull_id,
+                head,
+                base,
+                fake_sha(repo.id, head, pull_id),
+                additions=3 + pull_id * 7 % 120,
+                deletions=pull_id * 3 % 40,
+                changed_files=1 + pull_id % 6,
+            )
+            pr = self._new_issue(repo, poster, title, body, pull)
+            self._link_references(pr, poster)
+            return pr
+
+    def _link_references(self, pr: Issue, doer: Account) -> None:
+        """A `pull_ref` event on each issue the PR's title/body mention (Gitea xrefs)."""
+        refs = dict(find_references(pr.title))
+        for number, action in find_references(pr.body):
+            if number not in refs or action != "none":
+                refs[number] = action
+        for number, action in refs.items():
+            target = pr.repo.issues.get(number)
+            if target is None or target is pr:
+                continue
+            if target.is_pull:
+                action = "none"  # close/reopen keywords only act on issues
+            self._event(target, "pull_ref", doer, ref_issue=pr, ref_action=action)
+
+    def _pull(self, owner: str, name: str, number: int) -> Issue:
+        issue = self._issue(self._repo(owner, name), number)
+        if issue.pull is None:
+            raise NotFoundError()
+        return issue
+
+    def get_pull(self, owner: str, name: str, number: int) -> JSON:
+        """One PR; 404 if missing or a plain issue."""
+        with self.lock:
+            return pull_json(self._pull(owner, name, number), self.base_url)
+
+    def list_pulls(
+        self,
+        owner: str,
+        name: str,
+        *,
+        state: str = "open",
+        page: int = 1,
+        limit: int | None = None,
+    ) -> tuple[list[JSON], int, int]:
+        """PRs newest first filtered by state; returns (page, total, page size)."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            pulls = [
+                i
+                for i in reversed(repo.issues.values())
+                if i.pull is not None
+                and (state == "all" or (i.closed is None) == (state != "closed"))
+            ]
+            size = page_size(limit)
+            chosen = pulls[(page - 1) * size : page * size]
+            return [pull_json(pr, self.base_url) for pr in chosen], len(pulls), size
+
+    def edit_pull(
+        self,
+        owner: str,
+        name: str,
+        number: int,
+        doer: str,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        state: str | None = None,
+    ) -> JSON:
+        """Edit a PR (201); `state: closed` abandons it; 412 to change a merged PR's state."""
+        with self.lock:
+            pr = self._pull(owner, name, number)
+            assert pr.pull is not None
+            actor = self._account(doer)
+            if state is not None:
+                if pr.pull.merged is not None:
+                    raise ForgeError(
+                        412, "cannot change state of this pull request, it was already merged"
+                    )
+                self._set_closed(pr, state == "closed", actor)
+            if title or body is not None:
+                pr.title = self.flavor.cut_title(title) if title else pr.title
+                pr.body = body if body is not None else pr.body
+                self._neuter_references(pr)
+                self._link_references(pr, actor)
+            pr.updated = time.time()
+            return pull_json(pr, self.base_url)
+
+    def _neuter_references(self, pr: Issue) -> None:
+        """Old references of an edited PR stop acting (Gitea marks them `neutered`)."""
+        for issue in pr.repo.issues.values():
+            for event in issue.events:
+                if event.ref_issue is pr and event.ref_action != "neutered":
+                    event.ref_action = "neutered"
+
+    def merge_pull(self, owner: str, name: str, number: int, doer: str) -> None:
+        """Merge: 405 (empty message) if already merged, 404 if closed or missing."""
+        with self.lock:
+            pr = self._pull(owner, name, number)
+            assert pr.pull is not None
+            if pr.pull.merged is not None:
+                raise ForgeError(405, "")
+            if pr.closed is not None:
+                raise NotFoundError()
+            self.merge(pr, self._account(doer))
+
+    def is_merged(self, owner: str, name: str, number: int) -> bool:
+        """Whether PR `number` is merged (404 if it is not a PR)."""
+        with self.lock:
+            pull = self._pull(owner, name, number).pull
+            return pull is not None and pull.merged is not None
+
+    def merge(self, pr: Issue, doer: Account) -> None:
+        """Record-level merge: sha, merged_at/by, PR closed, referenced issues resolved."""
+        with self.lock:
+            pull = pr.pull
+            assert pull is not None and pull.merged is None
+            now = time.time()
+            pull.merged, pull.merged_by = now, doer
+            pull.merge_sha = fake_sha(pr.repo.id, pull.head_sha, now)
+            pr.closed, pr.updated = now, now
+            self.open_issues.pop(pr.id, None)
+            self._event(pr, "merge_pull", doer, commit_sha=pull.merge_sha)
+            for issue, action in self._resolved_by(pr):
+                self._set_closed(issue, action == "closes", doer)
+
+    def _resolved_by(self, pr: Issue) -> list[tuple[Issue, str]]:
+        """Issues the PR closes or reopens; the latest reference per issue counts."""
+        latest: dict[int, tuple[Issue, str]] = {}
+        for issue in pr.repo.issues.values():
+            for event in issue.events:
+                if event.ref_issue is pr and event.ref_action in ("closes", "reopens"):
+                    latest[issue.id] = (issue, event.ref_action)
+        return list(latest.values())

@@ -1,0 +1,132 @@
+"""Timeline events of an issue (close, reopen, label, pull_ref, merge_pull) and references.
+
+Gitea stores every timeline entry as a comment row with a type; plain comments stay
+`Comment` records and all other entries are `Event`s sharing the same id sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .models import JSON, Account, Comment, Issue, Label, iso
+
+CLOSE_WORDS = (
+    "close",
+    "closes",
+    "closed",
+    "fix",
+    "fixes",
+    "fixed",
+    "resolve",
+    "resolves",
+    "resolved",
+)
+REOPEN_WORDS = ("reopen", "reopens", "reopened")
+# Gitea's issueNumericPattern, with look-arounds so neighbouring references both match.
+_REF = re.compile(r"""(?:^|(?<=[\s(\['"]))[#!]([0-9]+)(?=\s|$|[)\]'"]|[:;,.?!](?:\s|$))""")
+_CLOSE = re.compile(r"(?i)(?:\s|^|\(|\[)(" + "|".join(CLOSE_WORDS) + r"):? $")
+_REOPEN = re.compile(r"(?i)(?:\s|^|\(|\[)(" + "|".join(REOPEN_WORDS) + r"):? $")
+_NULL_FIELDS = (
+    "assignee",
+    "assignee_team",
+    "dependent_issue",
+    "milestone",
+    "old_milestone",
+    "ref_comment",
+    "resolve_doer",
+    "tracked_time",
+)
+
+
+@dataclass(eq=False)
+class Event:
+    """A non-comment timeline entry; `ref_issue` is the referencing PR for `pull_ref`."""
+
+    id: int
+    issue: Issue
+    kind: str
+    user: Account
+    created: float
+    body: str = ""
+    label: Label | None = None
+    ref_issue: Issue | None = None
+    ref_action: str = "none"
+    commit_sha: str = ""
+
+
+def find_references(text: str) -> list[tuple[int, str]]:
+    """`#N` references in `text` with Gitea's action: `closes`, `reopens` or `none`.
+
+    A number seen twice keeps its first position; a keyword on any mention wins.
+    """
+    found: dict[int, str] = {}
+    for match in _REF.finditer(text):
+        number, before = int(match.group(1)), text[: match.start()]
+        action = "none"
+        if _CLOSE.search(before):
+            action = "closes"
+        elif _REOPEN.search(before):
+            action = "reopens"
+        if number not in found or action != "none":
+            found[number] = action
+    return list(found.items())
+
+
+def entries(issue: Issue) -> list[Comment | Event]:
+    """Comments and events of an issue, oldest first (Gitea: created, then id)."""
+    merged: list[Comment | Event] = [*issue.comments, *issue.events]
+    return sorted(merged, key=lambda e: (int(e.created), e.id))
+
+
+def in_window(
+    items: Iterable[Comment | Event], since: int | None, before: int | None
+) -> list[Comment | Event]:
+    """Entries whose whole-second update time lies in [since, before]."""
+    chosen = []
+    for item in items:
+        stamp = int(item.updated if isinstance(item, Comment) else item.created)
+        if (since is None or stamp >= since) and (before is None or stamp <= before):
+            chosen.append(item)
+    return chosen
+
+
+def entry_json(entry: Comment | Event, base_url: str) -> JSON:
+    """Render one entry as Gitea's `TimelineComment`."""
+    issue = entry.issue
+    html = issue.html_url(base_url)
+    repo_api = f"{base_url}/api/v1/repos/{issue.repo.full_name}"
+    data: JSON = {
+        "id": entry.id,
+        "type": "comment",
+        "user": entry.user.to_json(),
+        "html_url": f"{html}#issuecomment-{entry.id}",
+        "issue_url": "" if issue.is_pull else html,
+        "pull_request_url": html if issue.is_pull else "",
+        "body": entry.body,
+        "created_at": iso(entry.created),
+        "updated_at": iso(entry.created),
+        "old_project_id": 0,
+        "project_id": 0,
+        "old_title": "",
+        "new_title": "",
+        "old_ref": "",
+        "new_ref": "",
+        "ref_action": "none",
+        "ref_commit_sha": "",
+        "review_id": 0,
+        "removed_assignee": False,
+        "label": None,
+        "ref_issue": None,
+        **dict.fromkeys(_NULL_FIELDS),
+    }
+    if isinstance(entry, Comment):
+        data["updated_at"] = iso(entry.updated)
+        return data
+    data.update(type=entry.kind, ref_action=entry.ref_action, ref_commit_sha=entry.commit_sha)
+    if entry.label is not None:
+        data["label"] = entry.label.to_json(repo_api)
+    if entry.ref_issue is not None:
+        data["ref_issue"] = entry.ref_issue.to_json(base_url)
+    return data
