@@ -34,6 +34,7 @@ from .fileio import write_atomically
 from .models import Client, utcnow
 from .report import status_counts
 from .service import App, Service, build_app, read_status
+from .sftp.cli import add_key_command, keys_command, remove_key_command, sftp_command
 
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 1, 2, 3, 4, 5
 # piped output keeps whole ids (rich assumes 80 columns when stdout is not a terminal)
@@ -462,6 +463,11 @@ def clients_show(obj: Context, client_id: str | None, as_json: bool) -> None:
             entries.add_row(e["at"][:19], e["kind"], str(e["amount"]), str(e["held_change"]),
                             str(e["balance_after"]), e.get("batch_id") or "", e.get("note") or "")
         console.print(entries)
+
+
+main.add_command(sftp_command)
+for _command in (add_key_command, keys_command, remove_key_command):
+    clients.add_command(_command)
 
 
 def _client_row(client: Client) -> dict[str, Any]:

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     delivery_max_attempts: int = Field(default=8, ge=1)
     forge_timeout: float = Field(default=30.0, gt=0)
     callback_timeout: float = Field(default=10.0, gt=0)
+    sftp_max_sessions: int = Field(default=4, ge=1)
+    sftp_max_auth_failures: int = Field(default=10, ge=1)
+    sftp_failure_window: float = Field(default=300.0, gt=0)
 
     @field_validator("gitea_url")
     @classmethod
