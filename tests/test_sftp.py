@@ -385,6 +385,21 @@ def test_jail_refuses(stack: Stack, tmp_path: Path, command: str) -> None:
     )
 
 
+def test_symlinked_client_folder_is_refused(stack: Stack, tmp_path: Path) -> None:
+    stack.app.billing.add_client("mallory", 0)
+    KeyStore(stack.home / "state").add(
+        "mallory", stack.keys["acme"].with_suffix(".pub").read_text()
+    )
+    stack.folder("other").mkdir(parents=True, exist_ok=True)
+    (stack.home / "inbox" / "mallory").symlink_to(stack.folder("other"))
+    before = sorted(p.name for p in stack.folder("other").iterdir())
+    (tmp_path / "m.json").write_bytes(batch_json("m.json"))
+    done = sftp(stack, "put m.json\n", user="mallory", cwd=tmp_path)
+    assert done.returncode != 0
+    assert sorted(p.name for p in stack.folder("other").iterdir()) == before
+    assert "refused session: client=mallory" in stack.log_text()
+
+
 def test_listing_shows_only_regular_files_and_receipts_are_readable(
     stack: Stack, tmp_path: Path
 ) -> None:

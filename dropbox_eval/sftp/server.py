@@ -107,7 +107,16 @@ class Endpoint:
         def report(name: str, size: int, outcome: str, digest: str | None) -> None:
             self._file_done(session, name, size, outcome, digest)
 
-        return JailedSFTPServer(chan, folder, self.settings.max_file_bytes, report)
+        try:
+            return JailedSFTPServer(chan, folder, self.settings.max_file_bytes, report)
+        except OSError as exc:  # asyncssh then drops the connection: nothing was opened
+            log.warning(
+                "sftp: refused session: %s: %s is not a usable folder (%s)",
+                session.who(),
+                folder,
+                exc.strerror,
+            )
+            raise
 
     def _file_done(
         self, session: Session, name: str, size: int, outcome: str, digest: str | None
