@@ -47,17 +47,24 @@ Send = Callable[[int], None]
 
 def created(forge: SandboxForge) -> int:
     """Issues the forge has created since its log was last cleared."""
-    return sum(1 for e in forge.requests
-               if e.method == "POST" and e.path.endswith("/issues") and e.status == 201)
+    return sum(
+        1
+        for e in forge.requests
+        if e.method == "POST" and e.path.endswith("/issues") and e.status == 201
+    )
 
 
 @contextlib.contextmanager
 def batch_session(argv: list[str], cwd: Path) -> Iterator[Callable[[str], None]]:
     """A long-lived `sftp -b -` process; yields a function that sends command lines."""
-    proc = subprocess.Popen([*argv, "-b", "-"] if "-D" in argv else
-                            [*argv[:-1], "-b", "-", argv[-1]], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            cwd=cwd)
+    proc = subprocess.Popen(
+        [*argv, "-b", "-"] if "-D" in argv else [*argv[:-1], "-b", "-", argv[-1]],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
     assert proc.stdin is not None
 
     def send(lines: str) -> None:
@@ -82,14 +89,33 @@ def builtin_endpoint(settings: Settings, source: Path) -> Iterator[Send]:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     KeyStore(settings.state_path).add("bench", key.with_suffix(".pub").read_text())
     env = {**os.environ, "SAAS_EVAL_HOME": str(settings.home)}
-    server = subprocess.Popen([sys.executable, "-m", "dropbox_eval", "sftp", "--host",
-                               "127.0.0.1", "--port", "0"], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dropbox_eval", "sftp", "--host", "127.0.0.1", "--port", "0"],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert server.stdout is not None
     port = server.stdout.readline().rsplit(":", 1)[-1].strip()
-    argv = ["sftp", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o",
-            "UserKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-            "-i", str(key), "-P", port, "bench@127.0.0.1"]
+    argv = [
+        "sftp",
+        "-F",
+        "/dev/null",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-i",
+        str(key),
+        "-P",
+        port,
+        "bench@127.0.0.1",
+    ]
     try:
         with batch_session(argv, source) as send:
             yield lambda index: send(f"put b{index}.json\n")
@@ -103,8 +129,10 @@ def openssh_server(inbox: Path, source: Path, rename: bool) -> Iterator[Send]:
     """OpenSSH's sftp-server over a pipe (`sftp -D`), working in the client folder."""
     with batch_session(["sftp", "-D", SFTP_SERVER], inbox) as send:
         if rename:
-            yield lambda index: send(f"put {source}/b{index}.json b{index}.json.part\n"
-                                     f"rename b{index}.json.part b{index}.json\n")
+            yield lambda index: send(
+                f"put {source}/b{index}.json b{index}.json.part\n"
+                f"rename b{index}.json.part b{index}.json\n"
+            )
         else:
             yield lambda index: send(f"put {source}/b{index}.json b{index}.json\n")
 
@@ -130,8 +158,11 @@ def measure(forge: SandboxForge, variant: str, drops: int, tasks: int) -> list[f
             if time.monotonic() > deadline:
                 raise RuntimeError("service did not start")
             time.sleep(0.01)
-        client = (builtin_endpoint(settings, source) if variant == "builtin"
-                  else openssh_server(inbox, source, rename=variant == "rename"))
+        client = (
+            builtin_endpoint(settings, source)
+            if variant == "builtin"
+            else openssh_server(inbox, source, rename=variant == "rename")
+        )
         try:
             with client as send:
                 return drop_all(forge, send, drops, tasks)
@@ -163,30 +194,52 @@ def main() -> None:
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("sftp", command_line())
-    labels = {"builtin": "built-in endpoint, put",
-              "inplace": "OpenSSH sftp-server, in-place put (baseline)",
-              "rename": "OpenSSH sftp-server, put .part + rename"}
+    labels = {
+        "builtin": "built-in endpoint, put",
+        "inplace": "OpenSSH sftp-server, in-place put (baseline)",
+        "rename": "OpenSSH sftp-server, put .part + rename",
+    }
     p50: dict[str, float] = {}
     with SandboxForge(port=0) as forge:
         for variant, label in labels.items():
             timings = measure(forge, variant, args.drops, args.tasks)
             p50[variant] = percentile(timings, 50) * 1000
-            note = (f"p95 {percentile(timings, 95) * 1000:.0f} ms, min "
-                    f"{min(timings) * 1000:.0f} ms, max {max(timings) * 1000:.0f} ms")
+            note = (
+                f"p95 {percentile(timings, 95) * 1000:.0f} ms, min "
+                f"{min(timings) * 1000:.0f} ms, max {max(timings) * 1000:.0f} ms"
+            )
             if variant == "builtin":
-                result.add(f"{label}: p50", p50[variant], "ms", f"<= {TARGET_P50_MS:.0f} ms",
-                           p50[variant] <= TARGET_P50_MS, note=note)
+                result.add(
+                    f"{label}: p50",
+                    p50[variant],
+                    "ms",
+                    f"<= {TARGET_P50_MS:.0f} ms",
+                    p50[variant] <= TARGET_P50_MS,
+                    note=note,
+                )
             else:
                 result.add(f"{label}: p50", p50[variant], "ms", note=note)
     ratio = p50["builtin"] / p50["inplace"]
-    result.add("built-in / OpenSSH in-place (p50)", ratio, "", f"<= {TARGET_RATIO}",
-               ratio <= TARGET_RATIO, note="same run; the baseline waits the 1 s quiet period")
-    result.add("built-in / OpenSSH rename (p50)", p50["builtin"] / p50["rename"], "",
-               note="context: the same rename into place, done by the client")
-    result.info["setup"] = (f"{args.drops} drops (+1 warm-up) of {args.tasks}-task batches per "
-                            "variant; OpenSSH sftp client in one batch session per variant; "
-                            "Service.run in a thread (inotify, quiet_period 1 s); in-process "
-                            "SandboxForge; built-in endpoint in a subprocess over loopback TCP")
+    result.add(
+        "built-in / OpenSSH in-place (p50)",
+        ratio,
+        "",
+        f"<= {TARGET_RATIO}",
+        ratio <= TARGET_RATIO,
+        note="same run; the baseline waits the 1 s quiet period",
+    )
+    result.add(
+        "built-in / OpenSSH rename (p50)",
+        p50["builtin"] / p50["rename"],
+        "",
+        note="context: the same rename into place, done by the client",
+    )
+    result.info["setup"] = (
+        f"{args.drops} drops (+1 warm-up) of {args.tasks}-task batches per "
+        "variant; OpenSSH sftp client in one batch session per variant; "
+        "Service.run in a thread (inotify, quiet_period 1 s); in-process "
+        "SandboxForge; built-in endpoint in a subprocess over loopback TCP"
+    )
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 
