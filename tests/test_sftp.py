@@ -304,19 +304,25 @@ def test_killed_client_mid_upload_leaves_no_batch(stack: Stack, tmp_path: Path) 
     ).read_text()
     proc.kill()
     proc.wait()
-    # paramiko: a session that ends (EOF, channel close) with the upload still open
-    client = paramiko_client(stack)
-    handle = client.open("eof.json", "wb")
-    handle.write(batch_json("eof.json"))
-    handle.flush()
-    client.get_channel().get_transport().close()  # type: ignore[union-attr]
+    # paramiko: the connection closes, or only the SFTP channel sends EOF, with the upload open
+    for name, end in (("lost.json", "connection"), ("eof.json", "eof")):
+        client = paramiko_client(stack)
+        handle = client.open(name, "wb")
+        handle.write(batch_json(name))
+        handle.flush()
+        assert len(leftovers(stack)) == 1
+        if end == "eof":
+            client.get_channel().shutdown_write()  # type: ignore[union-attr]
+            assert wait_for(lambda: leftovers(stack) == [], 20), leftovers(stack)
+        _close(client)
     assert wait_for(lambda: leftovers(stack) == [], 20), leftovers(stack)
-    assert wait_for(lambda: stack.log_text().count("outcome=dropped") >= 2, 10)
-    for name in ("slow.json", "eof.json"):
+    assert wait_for(lambda: stack.log_text().count("outcome=dropped") >= 3, 10)
+    names = ("slow.json", "lost.json", "eof.json")
+    for name in names:
         assert not (stack.folder("acme") / name).exists()
         assert receipt(stack, name) is None
         assert not (stack.folder("acme") / "rejected" / f"{name}.error.json").exists()
-    assert not any(b.batch_ref in ("slow-json", "eof-json") for b in _batches(stack))
+    assert not any(b.batch_ref in ("slow-json", "lost-json", "eof-json") for b in _batches(stack))
 
 
 def _batches(stack: Stack) -> list[Any]:
