@@ -334,7 +334,10 @@ def test_file_over_the_limit_fails_during_the_upload(stack: Stack, tmp_path: Pat
     done = sftp(stack, "put big.json\n", cwd=tmp_path)
     assert done.returncode != 0
     assert "Failure" in done.stderr or "too large" in done.stderr, done.stderr
-    assert "file=big.json" in stack.log_text() and "outcome=too-large" in stack.log_text()
+    assert (
+        "file=big.json" in stack.log_text()
+        and "outcome=refused (file too large" in stack.log_text()
+    )
     assert leftovers(stack) == [] and not (stack.folder("acme") / "big.json").exists()
     client = paramiko_client(stack)  # paramiko shows the server's message
     try:
@@ -343,6 +346,44 @@ def test_file_over_the_limit_fails_during_the_upload(stack: Stack, tmp_path: Pat
     finally:
         _close(client)
     assert leftovers(stack) == [] and not (stack.folder("acme") / "big2.json").exists()
+
+
+def test_put_replaces_a_pending_file_and_resumes_are_refused(stack: Stack, tmp_path: Path) -> None:
+    folder = stack.folder("acme")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "again.json").write_text("{ not yet")  # pending: the quiet period is 600 s
+    (folder / "resume.json.part").write_bytes(b"x" * 10)
+    (tmp_path / "again.json").write_bytes(batch_json("again.json"))
+    (tmp_path / "resume.json").write_bytes(b"x" * 20)
+    copied = subprocess.run(
+        [
+            "scp",
+            *ssh_options(stack, "acme"),
+            str(tmp_path / "again.json"),
+            "acme@127.0.0.1:again.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # scp opens without FXF_TRUNC and sets the size at the end
+    assert copied.returncode == 0, copied.stderr
+    assert wait_for(lambda: receipt(stack, "again.json") is not None, 20)
+    assert (folder / "accepted" / "again.json").read_bytes() == batch_json("again.json")
+    resumed = sftp(stack, "reput resume.json resume.json.part\n", cwd=tmp_path)
+    assert resumed.returncode != 0
+    assert (folder / "resume.json.part").read_bytes() == b"x" * 10
+    client = paramiko_client(stack)
+    try:
+        with pytest.raises(OSError), client.open("resume.json.part", "a") as handle:
+            handle.write(b"more")
+        with pytest.raises(OSError, match="resuming"), client.open("hole.json", "wb") as handle:
+            handle.seek(100)
+            handle.write(b"{}")
+    finally:
+        _close(client)
+    assert (folder / "resume.json.part").read_bytes() == b"x" * 10
+    assert not (folder / "hole.json").exists() and leftovers(stack) == []
+    (folder / "resume.json.part").unlink()
 
 
 # -- the jail ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ What a client may do:
 - list and read `accepted/` and `rejected/` (receipts and error files), never write there.
 
 Links (symlink, hardlink), directories, reads of pending files and resumed or appended
-uploads are refused.
+uploads (a write that would leave a hole) are refused.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 import secrets
 import stat
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
@@ -36,7 +37,6 @@ from asyncssh import (
     FXF_CREAT,
     FXF_EXCL,
     FXF_READ,
-    FXF_TRUNC,
     FXF_WRITE,
     SFTPAttrs,
     SFTPFailure,
@@ -49,6 +49,7 @@ from asyncssh import (
 
 from .paths import (
     DIR_FLAGS,
+    UPLOAD_PREFIX,
     Target,
     open_client_folder,
     parse_path,
@@ -57,28 +58,26 @@ from .paths import (
     writable_name,
 )
 
-UPLOAD_PREFIX = ".sftp-"
-
 FileReport = Callable[[str, int, str, str | None], None]
 """Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
 
 
+@dataclass
 class Upload:
-    """An open upload: a hidden file renamed to `name` on close."""
+    """An open upload: the hidden file `temp`, renamed to `name` on close."""
 
-    def __init__(self, fd: int, name: str, temp: str) -> None:
-        self.fd = fd
-        self.name = name
-        self.temp = temp
-        self.size = 0
-        self.error: str | None = None
+    fd: int
+    name: str
+    temp: str
+    size: int = 0
+    error: str | None = None
 
 
+@dataclass
 class Download:
     """An open receipt or error file."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    fd: int
 
 
 class JailedSFTPServer(asyncssh.SFTPServer):
@@ -191,13 +190,13 @@ class JailedSFTPServer(asyncssh.SFTPServer):
         name = writable_name(target)
         if pflags & (FXF_READ | FXF_APPEND):
             raise SFTPOpUnsupported("uploads are write-only and cannot append")
-        if not pflags & FXF_CREAT:
-            raise SFTPOpUnsupported("resuming an upload is not supported: upload it again")
         existing = stat_at(self._root, name)
+        if existing is None and not pflags & FXF_CREAT:
+            raise SFTPNoSuchFile(f"no such file: {name}")
         if existing is not None and pflags & FXF_EXCL:
             raise SFTPFileAlreadyExists(f"{name} already exists")
-        if existing is not None and not pflags & FXF_TRUNC:
-            raise SFTPOpUnsupported("resuming an upload is not supported: upload it again")
+        # Every upload starts as a new file, with or without FXF_TRUNC (scp opens without it
+        # and sets the size at the end); a resume is refused by `write` (no holes).
         temp = f"{UPLOAD_PREFIX}{secrets.token_hex(4)}.{name}.part"
         fd = os.open(
             temp,
@@ -219,8 +218,11 @@ class JailedSFTPServer(asyncssh.SFTPServer):
             raise SFTPPermissionDenied("accepted/ and rejected/ are read-only")
         if file_obj.error:
             raise SFTPFailure(file_obj.error)
-        end = offset + len(data)
-        if end > self._max_bytes:
+        if offset > file_obj.size:
+            file_obj.error = "resuming an upload is not supported: upload the whole file again"
+            self._discard(file_obj)
+            raise SFTPOpUnsupported(file_obj.error)
+        if offset + len(data) > self._max_bytes:
             file_obj.error = (
                 f"file too large: over the {self._max_bytes}-byte limit "
                 "(SAAS_EVAL_MAX_FILE_BYTES); upload discarded"
@@ -238,8 +240,10 @@ class JailedSFTPServer(asyncssh.SFTPServer):
             return
         assert isinstance(file_obj, Upload)
         if file_obj.error:
-            self._report(file_obj.name, file_obj.size, "too-large", None)
-            raise SFTPFailure(file_obj.error)
+            self._report(file_obj.name, file_obj.size, f"refused ({file_obj.error})", None)
+            if not self._session_over():
+                raise SFTPFailure(file_obj.error)
+            return
         if self._session_over():
             self._discard(file_obj)
             self._report(file_obj.name, file_obj.size, "dropped", None)
@@ -368,22 +372,6 @@ class JailedSFTPServer(asyncssh.SFTPServer):
             self._root = -1
         if not self.channel.is_closing():
             self.channel.exit(0)
-
-
-def sweep_uploads(inbox: Path) -> int:
-    """Remove hidden uploads left by an endpoint that was killed; returns how many.
-
-    Run at start only: the endpoint lock guarantees no other endpoint writes them.
-    """
-    removed = 0
-    for folder in inbox.iterdir() if inbox.is_dir() else ():
-        if folder.is_symlink() or not folder.is_dir():
-            continue
-        for leftover in folder.glob(f"{UPLOAD_PREFIX}*.part"):
-            if leftover.is_file() and not leftover.is_symlink():
-                leftover.unlink(missing_ok=True)
-                removed += 1
-    return removed
 
 
 def _times(attrs: SFTPAttrs) -> tuple[float, float] | None:

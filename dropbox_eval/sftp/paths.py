@@ -19,6 +19,7 @@ from ..inbox import OUTCOME_DIRS, TEMP_SUFFIXES
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_NAME_BYTES = 200  # leaves room for the hidden upload name within NAME_MAX (255)
+UPLOAD_PREFIX = ".sftp-"
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,19 @@ def visible(info: os.stat_result, target: Target) -> bool:
     if stat.S_ISREG(info.st_mode):
         return True
     return target.folder is None and target.name in OUTCOME_DIRS and stat.S_ISDIR(info.st_mode)
+
+
+def sweep_uploads(inbox: Path) -> int:
+    """Remove hidden uploads left by an endpoint that was killed; returns how many.
+
+    Run at start only: the endpoint lock guarantees no other endpoint writes them.
+    """
+    removed = 0
+    for folder in inbox.iterdir() if inbox.is_dir() else ():
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        for leftover in folder.glob(f"{UPLOAD_PREFIX}*.part"):
+            if leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink(missing_ok=True)
+                removed += 1
+    return removed

@@ -37,9 +37,9 @@ from filelock import Timeout
 
 from ..config import Settings
 from ..errors import AlreadyRunning
-from .filesystem import JailedSFTPServer, sweep_uploads
+from .filesystem import JailedSFTPServer
 from .keys import KeyStore
-from .paths import DIR_FLAGS
+from .paths import DIR_FLAGS, sweep_uploads
 from .ratelimit import FailureLimiter, SessionCounter
 from .status import endpoint_lock, load_or_create_host_key, write_status
 
