@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     retry_cap: float = Field(default=600.0, gt=0)
     max_attempts: int = Field(default=20, ge=1)
     callback_timeout: float = Field(default=10.0, gt=0)
+    sftp_max_sessions: int = Field(default=4, ge=1)
+    sftp_max_auth_failures: int = Field(default=10, ge=1)
+    sftp_failure_window: float = Field(default=300.0, gt=0)
 
     @field_validator("gitea_url")
     @classmethod

@@ -64,11 +64,15 @@ def main(ctx: click.Context, /, verbose: bool, **overrides: Any) -> None:
 
 
 def _register() -> None:
+    from ..sftp.cli import add_key_command, keys_command, remove_key_command, sftp_command
     from . import batches, clients, demo, service
 
     for module in (service, batches, demo):
         for command in module.COMMANDS:
             main.add_command(command)
+    main.add_command(sftp_command)
+    for key_command in (add_key_command, keys_command, remove_key_command):
+        clients.clients.add_command(key_command)
     main.add_command(clients.clients)
 
 

@@ -1,0 +1,389 @@
+"""The jailed SFTP server: one client's inbox folder, where an upload completes by close.
+
+The session root is `inbox/<client_id>/`. Paths are virtual: a client path is split into at
+most two parts and checked against a fixed shape (the folder, a file in it, `accepted/` and
+`rejected/`, a file in one of those); `..` and hidden names are refused outright, and every
+file-system call goes through directory descriptors opened with O_NOFOLLOW, so a symlink on
+disk (planted by anyone) is never followed and nothing outside the folder is reachable.
+
+What a client may do:
+
+- write `*.json` files and temporary names (`*.part`, `*.filepart`, ...) in its folder; an
+  upload is written to a hidden name (`.sftp-<random>.<name>.part`, never a candidate for
+  the inbox) and renamed into place when the client closes it, so the service sees one
+  atomic rename and reads the file at once; an upload whose session ends before the close
+  is removed;
+- rename or remove such names in its folder (WinSCP's `.filepart` then rename);
+- list and read `accepted/` and `rejected/` (receipts and error files), never write there.
+
+Links (symlink, hardlink), directories, reads of pending files and resumed or appended
+uploads (a write that would leave a hole) are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+from asyncssh import (
+    FXF_APPEND,
+    FXF_CREAT,
+    FXF_EXCL,
+    FXF_READ,
+    FXF_WRITE,
+    SFTPAttrs,
+    SFTPFailure,
+    SFTPFileAlreadyExists,
+    SFTPName,
+    SFTPNoSuchFile,
+    SFTPOpUnsupported,
+    SFTPPermissionDenied,
+)
+
+from .paths import (
+    DIR_FLAGS,
+    UPLOAD_PREFIX,
+    Target,
+    open_client_folder,
+    parse_path,
+    stat_at,
+    visible,
+    writable_name,
+)
+
+FileReport = Callable[[str, int, str, str | None], None]
+"""Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
+
+
+@dataclass
+class Upload:
+    """An open upload: the hidden file `temp`, renamed to `name` on close."""
+
+    fd: int
+    name: str
+    temp: str
+    size: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Download:
+    """An open receipt or error file."""
+
+    fd: int
+
+
+class JailedSFTPServer(asyncssh.SFTPServer):
+    """SFTP over one client's inbox folder (see the module docstring)."""
+
+    def __init__(
+        self,
+        chan: asyncssh.SSHServerChannel[bytes],
+        folder: Path,
+        max_bytes: int,
+        report: FileReport,
+    ) -> None:
+        """`folder` is `inbox/<client_id>` (created if missing, never through a symlink)."""
+        super().__init__(chan)
+        self._max_bytes = max_bytes
+        self._report = report
+        self._root = open_client_folder(folder)
+
+    # -- paths --------------------------------------------------------------------------
+
+    def map_path(self, path: bytes) -> bytes:
+        """Never used: every operation below resolves paths itself."""
+        raise SFTPPermissionDenied("not available")
+
+    def realpath(self, path: bytes) -> bytes:
+        """The canonical virtual path (no file-system access)."""
+        target = parse_path(path)
+        parts = [p for p in (target.folder, target.name) if p is not None]
+        return ("/" + "/".join(parts)).encode("utf-8")
+
+    def _folder_fd(self, folder: str | None) -> int:
+        """A new descriptor of the client folder or one outcome folder (caller closes)."""
+        if folder is None:
+            return os.dup(self._root)
+        try:
+            return os.open(folder, DIR_FLAGS, dir_fd=self._root)
+        except OSError:
+            raise SFTPNoSuchFile(f"{folder}/ does not exist yet") from None
+
+    # -- attributes and listings --------------------------------------------------------
+
+    def lstat(self, path: bytes) -> os.stat_result:
+        """Attributes of a visible entry; anything else does not exist."""
+        target = parse_path(path)
+        fd = self._folder_fd(target.folder)
+        try:
+            if target.name is None:
+                return os.fstat(fd)
+            info = stat_at(fd, target.name)
+        finally:
+            os.close(fd)
+        if info is None or not visible(info, target):
+            raise SFTPNoSuchFile("no such file")
+        return info
+
+    def stat(self, path: bytes) -> os.stat_result:
+        """Same as lstat: links are never followed."""
+        return self.lstat(path)
+
+    async def scandir(self, path: bytes) -> AsyncIterator[SFTPName]:
+        """The visible entries of the client folder or an outcome folder."""
+        target = parse_path(path)
+        if target.name is not None:
+            raise SFTPNoSuchFile("not a folder")
+        fd = self._folder_fd(target.folder)
+        try:
+            names = sorted(os.listdir(fd))
+            for name in names:
+                if name.startswith("."):
+                    continue
+                info = stat_at(fd, name)
+                if info is not None and visible(info, Target(target.folder, name)):
+                    yield SFTPName(name.encode("utf-8"), attrs=SFTPAttrs.from_local(info))
+        finally:
+            os.close(fd)
+
+    def statvfs(self, path: bytes) -> os.statvfs_result:
+        """Free space of the client folder's file system."""
+        parse_path(path)
+        return os.statvfs(self._root)
+
+    # -- files ----------------------------------------------------------------------------
+
+    def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> Upload | Download:
+        """Open a receipt/error file for reading, or start an upload."""
+        target = parse_path(path)
+        if pflags & FXF_WRITE:
+            return self._start_upload(target, pflags)
+        if target.folder is None or target.name is None:
+            raise SFTPPermissionDenied("only files in accepted/ and rejected/ can be read")
+        folder = self._folder_fd(target.folder)
+        try:
+            fd = os.open(
+                target.name,
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                dir_fd=folder,
+            )
+        except FileNotFoundError:
+            raise SFTPNoSuchFile("no such file") from None
+        except OSError:
+            raise SFTPPermissionDenied("not a regular file") from None
+        finally:
+            os.close(folder)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise SFTPPermissionDenied("not a regular file")
+        return Download(fd)
+
+    def _start_upload(self, target: Target, pflags: int) -> Upload:
+        name = writable_name(target)
+        if pflags & (FXF_READ | FXF_APPEND):
+            raise SFTPOpUnsupported("uploads are write-only and cannot append")
+        existing = stat_at(self._root, name)
+        if existing is None and not pflags & FXF_CREAT:
+            raise SFTPNoSuchFile(f"no such file: {name}")
+        if existing is not None and pflags & FXF_EXCL:
+            raise SFTPFileAlreadyExists(f"{name} already exists")
+        # Every upload starts as a new file, with or without FXF_TRUNC (scp opens without it
+        # and sets the size at the end); a resume is refused by `write` (no holes).
+        temp = f"{UPLOAD_PREFIX}{secrets.token_hex(4)}.{name}.part"
+        fd = os.open(
+            temp,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=self._root,
+        )
+        return Upload(fd, name, temp)
+
+    def read(self, file_obj: object, offset: int, size: int) -> bytes:
+        """Read from a receipt or error file."""
+        if not isinstance(file_obj, Download):
+            raise SFTPPermissionDenied("uploads cannot be read back")
+        return os.pread(file_obj.fd, size, offset)
+
+    def write(self, file_obj: object, offset: int, data: bytes) -> int:
+        """Write to an upload; past SAAS_EVAL_MAX_FILE_BYTES the upload fails and is removed."""
+        if not isinstance(file_obj, Upload):
+            raise SFTPPermissionDenied("accepted/ and rejected/ are read-only")
+        if file_obj.error:
+            raise SFTPFailure(file_obj.error)
+        if offset > file_obj.size:
+            file_obj.error = "resuming an upload is not supported: upload the whole file again"
+            self._discard(file_obj)
+            raise SFTPOpUnsupported(file_obj.error)
+        if offset + len(data) > self._max_bytes:
+            file_obj.error = (
+                f"file too large: over the {self._max_bytes}-byte limit "
+                "(SAAS_EVAL_MAX_FILE_BYTES); upload discarded"
+            )
+            self._discard(file_obj)
+            raise SFTPFailure(file_obj.error)
+        written = os.pwrite(file_obj.fd, data, offset)
+        file_obj.size = max(file_obj.size, offset + written)
+        return written
+
+    def close(self, file_obj: object) -> None:
+        """Finish a download; rename a complete upload into place (see `_session_over`)."""
+        if isinstance(file_obj, Download):
+            os.close(file_obj.fd)
+            return
+        assert isinstance(file_obj, Upload)
+        if file_obj.error:
+            self._report(file_obj.name, file_obj.size, f"refused ({file_obj.error})", None)
+            if not self._session_over():
+                raise SFTPFailure(file_obj.error)
+            return
+        if self._session_over():
+            self._discard(file_obj)
+            self._report(file_obj.name, file_obj.size, "dropped", None)
+            return
+        try:
+            digest = self._complete(file_obj)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, no partial file stays
+            self._discard(file_obj)
+            self._report(file_obj.name, file_obj.size, f"failed ({exc})", None)
+            raise SFTPFailure("could not complete the upload; upload it again") from None
+        self._report(file_obj.name, file_obj.size, "completed", digest)
+
+    def _complete(self, upload: Upload) -> str:
+        """fsync, then rename the hidden file into place; the sha256 of what was written."""
+        digest = _sha256(upload.fd)
+        os.fsync(upload.fd)
+        os.close(upload.fd)
+        upload.fd = -1
+        os.rename(upload.temp, upload.name, src_dir_fd=self._root, dst_dir_fd=self._root)
+        return digest
+
+    def _session_over(self) -> bool:
+        """Whether this close comes from asyncssh's clean-up of a finished session.
+
+        asyncssh closes every handle left open when the SFTP stream ends (the client sent
+        EOF, closed the channel or lost the connection); such an upload was never completed
+        by the client, so it is removed instead of renamed into place. A close request the
+        client sent on a live channel is the only completion.
+        """
+        chan = self.channel
+        return chan.is_closing() or getattr(chan, "_recv_state", "open") != "open"
+
+    def _discard(self, upload: Upload) -> None:
+        if upload.fd >= 0:
+            os.close(upload.fd)
+            upload.fd = -1
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(upload.temp, dir_fd=self._root)
+
+    def fstat(self, file_obj: object) -> os.stat_result:
+        """Attributes of an open file."""
+        assert isinstance(file_obj, Upload | Download)
+        if file_obj.fd < 0:
+            raise SFTPFailure("upload already discarded")
+        return os.fstat(file_obj.fd)
+
+    def fsync(self, file_obj: object) -> None:
+        """Flush an upload (a close always does)."""
+        if isinstance(file_obj, Upload) and file_obj.fd >= 0:
+            os.fsync(file_obj.fd)
+
+    def fsetstat(self, file_obj: object, attrs: SFTPAttrs) -> None:
+        """Times only (`put -p`, WinSCP); other attributes are ignored."""
+        if isinstance(file_obj, Upload) and file_obj.fd >= 0:
+            times = _times(attrs)
+            if times:
+                os.utime(file_obj.fd, times)
+
+    def setstat(self, path: bytes, attrs: SFTPAttrs) -> None:
+        """Times only, on the client's own writable names; other attributes are ignored."""
+        name = writable_name(parse_path(path))
+        times = _times(attrs)
+        if stat_at(self._root, name) is None:
+            raise SFTPNoSuchFile("no such file")
+        if times:
+            os.utime(name, times, dir_fd=self._root, follow_symlinks=False)
+
+    def lsetstat(self, path: bytes, attrs: SFTPAttrs) -> None:
+        """Same as setstat: links are never followed."""
+        self.setstat(path, attrs)
+
+    # -- names ----------------------------------------------------------------------------
+
+    def remove(self, path: bytes) -> None:
+        """Remove one of the client's own pending files."""
+        name = writable_name(parse_path(path))
+        info = stat_at(self._root, name)
+        if info is None or not stat.S_ISREG(info.st_mode):
+            raise SFTPNoSuchFile("no such file")
+        os.unlink(name, dir_fd=self._root)
+
+    def rename(self, oldpath: bytes, newpath: bytes) -> None:
+        """SFTP rename: fails if the new name exists (protocol version 3)."""
+        new = writable_name(parse_path(newpath))
+        if stat_at(self._root, new) is not None:
+            raise SFTPFileAlreadyExists(f"{new} already exists")
+        self.posix_rename(oldpath, newpath)
+
+    def posix_rename(self, oldpath: bytes, newpath: bytes) -> None:
+        """Rename within the client folder, replacing the new name (one atomic rename(2))."""
+        old = writable_name(parse_path(oldpath))
+        new = writable_name(parse_path(newpath))
+        info = stat_at(self._root, old)
+        if info is None or not stat.S_ISREG(info.st_mode):
+            raise SFTPNoSuchFile(f"no such file: {old}")
+        os.rename(old, new, src_dir_fd=self._root, dst_dir_fd=self._root)
+
+    def symlink(self, oldpath: bytes, newpath: bytes) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("links are not allowed")
+
+    def link(self, oldpath: bytes, newpath: bytes) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("links are not allowed")
+
+    def readlink(self, path: bytes) -> bytes:
+        """Refused."""
+        raise SFTPPermissionDenied("links are not allowed")
+
+    def mkdir(self, path: bytes, attrs: SFTPAttrs) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("folders cannot be created")
+
+    def rmdir(self, path: bytes) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("folders cannot be removed")
+
+    def exit(self) -> None:
+        """Release the folder descriptor (asyncssh closed the open files first).
+
+        Also report exit status 0 on the channel, as OpenSSH's sftp-server does under sshd:
+        OpenSSH's scp (SFTP mode) fails a transfer whose channel closes without one.
+        """
+        if self._root >= 0:
+            os.close(self._root)
+            self._root = -1
+        if not self.channel.is_closing():
+            self.channel.exit(0)
+
+
+def _times(attrs: SFTPAttrs) -> tuple[float, float] | None:
+    if attrs.atime is None or attrs.mtime is None:
+        return None
+    return float(attrs.atime), float(attrs.mtime)
+
+
+def _sha256(fd: int) -> str:
+    digest = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()

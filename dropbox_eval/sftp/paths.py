@@ -1,0 +1,107 @@
+"""The jail's path policy: the fixed shape of a client's SFTP view and its folder descriptor.
+
+A client sees its own folder as `/`, with `accepted/` and `rejected/` below it and nothing
+deeper. Paths are never joined onto the disk: they are checked against that shape, and the
+file-system calls are made relative to directory descriptors opened with O_NOFOLLOW.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from asyncssh import SFTPNoSuchFile, SFTPPermissionDenied
+
+from ..inbox.scan import OUTCOME_DIRS, TEMP_SUFFIXES
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_NAME_BYTES = 200  # leaves room for the hidden upload name within NAME_MAX (255)
+UPLOAD_PREFIX = ".sftp-"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked client path: `folder` None is the client folder; `name` None the folder."""
+
+    folder: str | None
+    name: str | None
+
+
+def parse_path(raw: bytes) -> Target:
+    """Map a client path onto the jail's fixed shape, or raise the SFTP error to send."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SFTPNoSuchFile("file names must be UTF-8") from None
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise SFTPPermissionDenied("'..' is not allowed: your folder is the root")
+    if any(part.startswith(".") or "\0" in part for part in parts):
+        raise SFTPPermissionDenied("hidden names are not available")
+    if not parts:
+        return Target(None, None)
+    if len(parts) == 1:
+        return Target(parts[0], None) if parts[0] in OUTCOME_DIRS else Target(None, parts[0])
+    if len(parts) == 2 and parts[0] in OUTCOME_DIRS:
+        return Target(parts[0], parts[1])
+    raise SFTPNoSuchFile("no such file: only your folder, accepted/ and rejected/ exist")
+
+
+def writable_name(target: Target) -> str:
+    """The file name a client may create, rename or remove, or raise PermissionDenied."""
+    if target.folder is not None or target.name is None:
+        raise SFTPPermissionDenied("accepted/ and rejected/ are read-only")
+    name = target.name
+    lowered = name.lower()
+    if not lowered.endswith((".json", *TEMP_SUFFIXES)):
+        raise SFTPPermissionDenied(
+            f"only *.json and temporary names ({', '.join(TEMP_SUFFIXES)}) can be written"
+        )
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise SFTPPermissionDenied(f"file name longer than {MAX_NAME_BYTES} bytes")
+    return name
+
+
+def open_client_folder(folder: Path) -> int:
+    """A descriptor of `inbox/<client>`, created if missing; a symlinked folder is refused."""
+    inbox = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder.name, 0o755, dir_fd=inbox)
+        return os.open(folder.name, DIR_FLAGS, dir_fd=inbox)
+    finally:
+        os.close(inbox)
+
+
+def stat_at(folder_fd: int, name: str) -> os.stat_result | None:
+    """lstat of `name` in a folder descriptor, or None if it does not exist."""
+    try:
+        return os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def visible(info: os.stat_result, target: Target) -> bool:
+    """Regular files, plus the two outcome folders at the top; never links or devices."""
+    if stat.S_ISREG(info.st_mode):
+        return True
+    return target.folder is None and target.name in OUTCOME_DIRS and stat.S_ISDIR(info.st_mode)
+
+
+def sweep_uploads(inbox: Path) -> int:
+    """Remove hidden uploads left by an endpoint that was killed; returns how many.
+
+    Run at start only: the endpoint lock guarantees no other endpoint writes them.
+    """
+    removed = 0
+    for folder in inbox.iterdir() if inbox.is_dir() else ():
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        for leftover in folder.glob(f"{UPLOAD_PREFIX}*.part"):
+            if leftover.is_file() and not leftover.is_symlink():
+                leftover.unlink(missing_ok=True)
+                removed += 1
+    return removed
