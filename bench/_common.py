@@ -58,8 +58,15 @@ class BenchResult:
     info: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def add(self, name: str, value: float, unit: str, target: str = "",
-            ok: bool | None = None, note: str = "") -> Figure:
+    def add(
+        self,
+        name: str,
+        value: float,
+        unit: str,
+        target: str = "",
+        ok: bool | None = None,
+        note: str = "",
+    ) -> Figure:
         """Append a figure and return it."""
         figure = Figure(name, value, unit, target, ok, note)
         self.figures.append(figure)
@@ -98,8 +105,10 @@ def machine_note() -> str:
     """CPU count, Python, platform and date (figures are ratios, but context helps)."""
     cpus = os.cpu_count() or 0
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
-    return (f"{cpus} cores, Python {platform.python_version()}, {platform.system()} "
-            f"{platform.release()}, {stamp}")
+    return (
+        f"{cpus} cores, Python {platform.python_version()}, {platform.system()} "
+        f"{platform.release()}, {stamp}"
+    )
 
 
 def code_version() -> str:
@@ -113,8 +122,13 @@ def code_version() -> str:
                 with open(os.path.join(folder, name), "rb") as handle:
                     digest.update(name.encode() + handle.read())
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
-                              capture_output=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         head = "?"
     return f"HEAD {head}, dropbox_eval sources sha256 {digest.hexdigest()[:12]}"
@@ -147,25 +161,36 @@ def emit(result: BenchResult, as_json: bool) -> None:
             print(f"  {'':<{width}}    ({figure.note})")
     for key, value in result.info.items():
         print(f"  {key}: {value}")
-    print(f"  bench wall time: {result.seconds:.1f} s; load average at start "
-          f"{START_LOAD[0]:.2f}; {machine_note()}")
+    print(
+        f"  bench wall time: {result.seconds:.1f} s; load average at start "
+        f"{START_LOAD[0]:.2f}; {machine_note()}"
+    )
     print(f"  code: {code_version()}")
 
 
 def make_tasks(count: int, prefix: str = "t") -> list[dict[str, Any]]:
     """`count` small but realistic tasks (title, body, two acceptance items)."""
     return [
-        {"task_id": f"{prefix}{i}", "title": f"Evaluate case {i}",
-         "body": f"Run scenario {i} against the candidate and report.",
-         "acceptance": ["the scenario runs", "the report names the verdict"]}
+        {
+            "task_id": f"{prefix}{i}",
+            "title": f"Evaluate case {i}",
+            "body": f"Run scenario {i} against the candidate and report.",
+            "acceptance": ["the scenario runs", "the report names the verdict"],
+        }
         for i in range(count)
     ]
 
 
 def settings_for(home: str, url: str, token: str, user: str, **extra: Any) -> Settings:
     """Product settings against a sandbox forge; clients are funded by the caller."""
-    values: dict[str, Any] = {"home": home, "gitea_url": url, "gitea_token": token,
-                              "owner": user, "task_price": 0, "intake_concurrency": 4}
+    values: dict[str, Any] = {
+        "home": home,
+        "gitea_url": url,
+        "gitea_token": token,
+        "owner": user,
+        "task_price": 0,
+        "intake_concurrency": 4,
+    }
     values.update(extra)
     return load_settings(**values)
 
@@ -212,8 +237,12 @@ class ForgeProcess:
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> ForgeProcess:
-        self._proc = subprocess.Popen([sys.executable, "-c", _FORGE_CHILD],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _FORGE_CHILD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().split()
         if len(line) != 3:
@@ -222,8 +251,12 @@ class ForgeProcess:
         self.url, self.token, self.user = line
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._proc is None:
             return
         assert self._proc.stdin is not None
@@ -257,8 +290,12 @@ class Stopwatch:
         self.start = time.perf_counter()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.seconds = time.perf_counter() - self.start
 
 
@@ -302,8 +339,12 @@ class StoreIO:
         AtomicJSONStorage.write = write  # type: ignore[method-assign]
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         from dropbox_eval.store import AtomicJSONStorage
 
         assert self._saved is not None
@@ -311,6 +352,8 @@ class StoreIO:
 
     def summary(self) -> str:
         """`R reads (X MB, I of index.json), W writes (Y MB, J of index.json)`."""
-        return (f"{self.reads} file reads ({self.read_bytes / 1e6:.2f} MB; "
-                f"{self.index_reads} of index.json), {self.writes} writes "
-                f"({self.write_bytes / 1e6:.2f} MB; {self.index_writes} of index.json)")
+        return (
+            f"{self.reads} file reads ({self.read_bytes / 1e6:.2f} MB; "
+            f"{self.index_reads} of index.json), {self.writes} writes "
+            f"({self.write_bytes / 1e6:.2f} MB; {self.index_writes} of index.json)"
+        )

@@ -52,15 +52,20 @@ def one_batch(app: App, forge: SandboxForge, index: int, tasks: int) -> Timing:
     """Take one batch in, let the lane finish it, poll it to completion, emit it."""
     with StoreIO() as io:
         with Stopwatch() as intake:
-            result = app.intake.submit_batch("bench", make_tasks(tasks, f"b{index}-"),
-                                             batch_ref=f"run-{index}")
+            result = app.intake.submit_batch(
+                "bench", make_tasks(tasks, f"b{index}-"), batch_ref=f"run-{index}"
+            )
         assert result["ok"], result
         batch_id = result["batch_id"]
         owner, name = app.store.get_batch(batch_id).repo.split("/", 1)
         for issue in result["issues"]:
-            forge.finish_issue(owner, name, int(issue["issue_number"]),
-                               comment="Verdict: pass.\n\n```json\n{\"score\": 1}\n```",
-                               labels=["eval-pass"])
+            forge.finish_issue(
+                owner,
+                name,
+                int(issue["issue_number"]),
+                comment='Verdict: pass.\n\n```json\n{"score": 1}\n```',
+                labels=["eval-pass"],
+            )
         with Stopwatch() as poll:
             finished = app.poller.poll_completed(batch_id)
     assert len(finished) == tasks, f"batch {index}: {len(finished)} of {tasks} finished"
@@ -69,8 +74,9 @@ def one_batch(app: App, forge: SandboxForge, index: int, tasks: int) -> Timing:
     return Timing(intake.seconds, poll.seconds, emitted.seconds, io)
 
 
-def run_series(forge: SandboxForge, home: Path, batches: int, tasks: int) -> tuple[
-        list[Timing], float, float, int, int]:
+def run_series(
+    forge: SandboxForge, home: Path, batches: int, tasks: int
+) -> tuple[list[Timing], float, float, int, int]:
     """(timings, idle cycle after batch 1, idle cycle at the end, index.json bytes,
     archive bytes)."""
     app = build_app(settings_for(str(home), forge.url, forge.token, forge.user, task_price=1))
@@ -105,12 +111,12 @@ def main() -> None:
     started = time.perf_counter()
     window = max(1, min(args.window, args.batches // 2))
     with SandboxForge(port=0) as forge, tempfile.TemporaryDirectory(prefix="bench-hist-") as tmp:
-        warm = build_app(settings_for(str(Path(tmp) / "warm"), forge.url, forge.token,
-                                      forge.user))
+        warm = build_app(settings_for(str(Path(tmp) / "warm"), forge.url, forge.token, forge.user))
         warm.billing.add_client("bench", 0)
         one_batch(warm, forge, 0, args.tasks)
         timings, idle_first, idle_last, index_bytes, archive_bytes = run_series(
-            forge, Path(tmp) / "main", args.batches, args.tasks)
+            forge, Path(tmp) / "main", args.batches, args.tasks
+        )
 
     first, last = timings[:window], timings[-window:]
 
@@ -120,33 +126,64 @@ def main() -> None:
     ratio = med(last, "total") / med(first, "total")
     result = BenchResult("history", command_line())
     span = f"batches 1-{window} vs {args.batches - window + 1}-{args.batches}"
-    result.add(f"intake+poll, batch #1 window (median of {window})", med(first, "total") * 1000,
-               "ms", note=f"intake {med(first, 'intake') * 1000:.1f} ms + poll "
-                          f"{med(first, 'poll') * 1000:.1f} ms; store "
-                          f"{first[0].io.summary()}")
-    result.add(f"intake+poll, batch #{args.batches} window (median of {window})",
-               med(last, "total") * 1000, "ms",
-               note=f"intake {med(last, 'intake') * 1000:.1f} ms + poll "
-                    f"{med(last, 'poll') * 1000:.1f} ms; store {last[-1].io.summary()}")
-    result.add(f"ratio #{args.batches} / #1", ratio, "", f"<= {TARGET_RATIO}",
-               ratio <= TARGET_RATIO, note=span)
+    result.add(
+        f"intake+poll, batch #1 window (median of {window})",
+        med(first, "total") * 1000,
+        "ms",
+        note=f"intake {med(first, 'intake') * 1000:.1f} ms + poll "
+        f"{med(first, 'poll') * 1000:.1f} ms; store "
+        f"{first[0].io.summary()}",
+    )
+    result.add(
+        f"intake+poll, batch #{args.batches} window (median of {window})",
+        med(last, "total") * 1000,
+        "ms",
+        note=f"intake {med(last, 'intake') * 1000:.1f} ms + poll "
+        f"{med(last, 'poll') * 1000:.1f} ms; store {last[-1].io.summary()}",
+    )
+    result.add(
+        f"ratio #{args.batches} / #1",
+        ratio,
+        "",
+        f"<= {TARGET_RATIO}",
+        ratio <= TARGET_RATIO,
+        note=span,
+    )
     slope, intercept = statistics.linear_regression(
-        list(range(1, len(timings) + 1)), [t.total * 1000 for t in timings])
+        list(range(1, len(timings) + 1)), [t.total * 1000 for t in timings]
+    )
     at_2000 = (intercept + slope * 2000) / max(intercept + slope, 1e-9)
-    trend = (f"extrapolated ratio at batch #2000: {at_2000:.2f}" if slope > 0
-             else "no growth (a negative slope is warm-up and noise)")
-    result.add("growth per 100 batches of history", slope * 100, "ms",
-               note=f"least-squares slope over all {len(timings)} batches; {trend}")
+    trend = (
+        f"extrapolated ratio at batch #2000: {at_2000:.2f}"
+        if slope > 0
+        else "no growth (a negative slope is warm-up and noise)"
+    )
+    result.add(
+        "growth per 100 batches of history",
+        slope * 100,
+        "ms",
+        note=f"least-squares slope over all {len(timings)} batches; {trend}",
+    )
     emit_ratio = med(last, "emit") / med(first, "emit")
-    result.add("emit ratio (context)", emit_ratio, "",
-               note=f"{med(first, 'emit') * 1000:.1f} ms -> {med(last, 'emit') * 1000:.1f} ms")
-    result.add("service idle cycle ratio (context)", idle_last / max(idle_first, 1e-9), "",
-               note=f"all batches emitted: {idle_first * 1000:.1f} ms with 1 batch of history"
-                    f" -> {idle_last * 1000:.1f} ms with {args.batches}")
-    result.info["setup"] = (f"{args.batches} batches x {args.tasks} tasks, one repo per batch, "
-                            f"in-process SandboxForge; at the end index.json "
-                            f"{index_bytes / 1000:.1f} kB, archive/*.jsonl "
-                            f"{archive_bytes / 1000:.0f} kB")
+    result.add(
+        "emit ratio (context)",
+        emit_ratio,
+        "",
+        note=f"{med(first, 'emit') * 1000:.1f} ms -> {med(last, 'emit') * 1000:.1f} ms",
+    )
+    result.add(
+        "service idle cycle ratio (context)",
+        idle_last / max(idle_first, 1e-9),
+        "",
+        note=f"all batches emitted: {idle_first * 1000:.1f} ms with 1 batch of history"
+        f" -> {idle_last * 1000:.1f} ms with {args.batches}",
+    )
+    result.info["setup"] = (
+        f"{args.batches} batches x {args.tasks} tasks, one repo per batch, "
+        f"in-process SandboxForge; at the end index.json "
+        f"{index_bytes / 1000:.1f} kB, archive/*.jsonl "
+        f"{archive_bytes / 1000:.0f} kB"
+    )
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

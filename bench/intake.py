@@ -80,17 +80,23 @@ def raw_loop(forge: Forge, tasks: list[dict[str, Any]]) -> float:
 
     with Stopwatch() as watch:
         setup = session()
-        setup.post(f"{api}/user/repos", json={"name": "raw-bench", "private": True},
-                   timeout=30).raise_for_status()
-        label = setup.post(f"{api}/repos/{repo}/labels",
-                           json={"name": "eval-task", "color": LABEL_COLOR}, timeout=30)
+        setup.post(
+            f"{api}/user/repos", json={"name": "raw-bench", "private": True}, timeout=30
+        ).raise_for_status()
+        label = setup.post(
+            f"{api}/repos/{repo}/labels",
+            json={"name": "eval-task", "color": LABEL_COLOR},
+            timeout=30,
+        )
         label.raise_for_status()
         label_id = int(label.json()["id"])
 
         def create(item: tuple[str, str]) -> int:
-            response = session().post(f"{api}/repos/{repo}/issues", timeout=30,
-                                      json={"title": item[0], "body": item[1],
-                                            "labels": [label_id]})
+            response = session().post(
+                f"{api}/repos/{repo}/issues",
+                timeout=30,
+                json={"title": item[0], "body": item[1], "labels": [label_id]},
+            )
             response.raise_for_status()
             return int(response.json()["number"])
 
@@ -136,8 +142,9 @@ def timed_creates(phases: Phases) -> Iterator[None]:
 def product_run(forge: Forge, tasks: list[dict[str, Any]], phases: Phases) -> float:
     """Seconds for `submit_batch` of the whole batch (store + forge), 4 intake threads."""
     with tempfile.TemporaryDirectory(prefix="bench-intake-") as home:
-        app = build_app(settings_for(home, forge.url, forge.token, forge.user,
-                                     intake_concurrency=THREADS))
+        app = build_app(
+            settings_for(home, forge.url, forge.token, forge.user, intake_concurrency=THREADS)
+        )
         app.billing.add_client("bench", 0)
         with timed_creates(phases), Stopwatch() as watch:
             phases.start = watch.start
@@ -151,17 +158,24 @@ def product_run(forge: Forge, tasks: list[dict[str, Any]], phases: Phases) -> fl
 
 def count_creates(log: list[dict[str, Any]]) -> int:
     """Successful issue creations in a request log."""
-    return sum(1 for e in log if e["method"] == "POST" and e["path"].endswith("/issues")
-               and e["status"] == 201)
+    return sum(
+        1
+        for e in log
+        if e["method"] == "POST" and e["path"].endswith("/issues") and e["status"] == 201
+    )
 
 
 def main() -> None:
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--tasks", type=int, default=10_000)
-    args_parser.add_argument("--pairs", type=int, default=3,
-                             help="raw/product pairs, order alternating (default 3)")
-    args_parser.add_argument("--inproc", action="store_true",
-                             help="serve the sandbox forge in this process (shares the GIL)")
+    args_parser.add_argument(
+        "--pairs", type=int, default=3, help="raw/product pairs, order alternating (default 3)"
+    )
+    args_parser.add_argument(
+        "--inproc",
+        action="store_true",
+        help="serve the sandbox forge in this process (shares the GIL)",
+    )
     args = args_parser.parse_args()
     started = time.perf_counter()
     tasks = make_tasks(args.tasks)
@@ -189,22 +203,48 @@ def main() -> None:
     creating = statistics.median(s[1] for s in splits)
     after = statistics.median(s[2] for s in splits)
     result = BenchResult("intake", command_line())
-    result.add("product intake", product_rate, "tasks/s",
-               note=f"{args.tasks} tasks; median of " + ", ".join(
-                   f"{p:.1f}s" for _, p, _ in pairs))
-    result.add("raw requests loop (baseline)", raw_rate, "tasks/s",
-               note=f"{THREADS} threads, Session per thread; median of " + ", ".join(
-                   f"{r:.1f}s" for r, _, _ in pairs))
-    result.add("product / raw", ratio, "", f">= {TARGET_RATIO}", ratio >= TARGET_RATIO,
-               note="median of per-pair ratios " + ", ".join(f"{r:.2f}" for r in ratios))
-    result.add("product: before the first issue POST", before, "s",
-               note="validate, store the batch, repo + label")
-    result.add("product: first POST .. last answer", creating, "s",
-               note=f"raw loop total: {statistics.median(r for r, _, _ in pairs):.1f} s")
-    result.add("product: after the last answer", after, "s",
-               note="store the issue numbers, build the result")
-    result.info["forge"] = ("in-process SandboxForge" if args.inproc
-                            else "SandboxForge in a child process")
+    result.add(
+        "product intake",
+        product_rate,
+        "tasks/s",
+        note=f"{args.tasks} tasks; median of " + ", ".join(f"{p:.1f}s" for _, p, _ in pairs),
+    )
+    result.add(
+        "raw requests loop (baseline)",
+        raw_rate,
+        "tasks/s",
+        note=f"{THREADS} threads, Session per thread; median of "
+        + ", ".join(f"{r:.1f}s" for r, _, _ in pairs),
+    )
+    result.add(
+        "product / raw",
+        ratio,
+        "",
+        f">= {TARGET_RATIO}",
+        ratio >= TARGET_RATIO,
+        note="median of per-pair ratios " + ", ".join(f"{r:.2f}" for r in ratios),
+    )
+    result.add(
+        "product: before the first issue POST",
+        before,
+        "s",
+        note="validate, store the batch, repo + label",
+    )
+    result.add(
+        "product: first POST .. last answer",
+        creating,
+        "s",
+        note=f"raw loop total: {statistics.median(r for r, _, _ in pairs):.1f} s",
+    )
+    result.add(
+        "product: after the last answer",
+        after,
+        "s",
+        note="store the issue numbers, build the result",
+    )
+    result.info["forge"] = (
+        "in-process SandboxForge" if args.inproc else "SandboxForge in a child process"
+    )
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

@@ -34,8 +34,11 @@ WAIT_LIMIT = 30.0
 
 def created(forge: SandboxForge) -> int:
     """Issues the forge has created since its log was last cleared."""
-    return sum(1 for e in forge.requests
-               if e.method == "POST" and e.path.endswith("/issues") and e.status == 201)
+    return sum(
+        1
+        for e in forge.requests
+        if e.method == "POST" and e.path.endswith("/issues") and e.status == 201
+    )
 
 
 def write(path: Path, index: int, tasks: int) -> None:
@@ -47,12 +50,14 @@ def write(path: Path, index: int, tasks: int) -> None:
         os.fsync(handle.fileno())
 
 
-def measure(forge: SandboxForge, quiet: float, drops: int, tasks: int,
-            rename: bool = True) -> tuple[list[float], list[float]]:
+def measure(
+    forge: SandboxForge, quiet: float, drops: int, tasks: int, rename: bool = True
+) -> tuple[list[float], list[float]]:
     """(drop -> issues exist, drop -> receipt written) in seconds, one pair per drop."""
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as home:
-        settings = settings_for(home, forge.url, forge.token, forge.user, quiet_period=quiet,
-                                poll_interval=3600)
+        settings = settings_for(
+            home, forge.url, forge.token, forge.user, quiet_period=quiet, poll_interval=3600
+        )
         app = build_app(settings)
         app.billing.add_client("bench", 0)
         inbox = settings.inbox_path / "bench"
@@ -107,26 +112,39 @@ def main() -> None:
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("latency", command_line())
-    variants = [(1.0, True, "rename, default quiet_period=1.0"),
-                (0.05, True, "rename, quiet_period=0.05"),
-                (1.0, False, "in-place write, default quiet_period=1.0 (context)")]
+    variants = [
+        (1.0, True, "rename, default quiet_period=1.0"),
+        (0.05, True, "rename, quiet_period=0.05"),
+        (1.0, False, "in-place write, default quiet_period=1.0 (context)"),
+    ]
     with SandboxForge(port=0) as forge:
         for quiet, rename, label in variants:
             issues, receipts = measure(forge, quiet, args.drops, args.tasks, rename)
             p50 = percentile(issues, 50) * 1000
             p95 = percentile(issues, 95) * 1000
-            note = (f"min {min(issues) * 1000:.0f} ms, max {max(issues) * 1000:.0f} ms; "
-                    f"receipt written at p50 {statistics.median(receipts) * 1000:.0f} ms")
+            note = (
+                f"min {min(issues) * 1000:.0f} ms, max {max(issues) * 1000:.0f} ms; "
+                f"receipt written at p50 {statistics.median(receipts) * 1000:.0f} ms"
+            )
             if rename:
-                result.add(f"{label}: p50", p50, "ms", f"<= {TARGET_P50_MS:.0f} ms",
-                           p50 <= TARGET_P50_MS, note=note)
+                result.add(
+                    f"{label}: p50",
+                    p50,
+                    "ms",
+                    f"<= {TARGET_P50_MS:.0f} ms",
+                    p50 <= TARGET_P50_MS,
+                    note=note,
+                )
             else:
-                result.add(f"{label}: p50", p50, "ms",
-                           note=note + "; the quiet period is the floor")
+                result.add(
+                    f"{label}: p50", p50, "ms", note=note + "; the quiet period is the floor"
+                )
             result.add(f"{label}: p95", p95, "ms")
-    result.info["setup"] = (f"{args.drops} drops (+1 warm-up) of {args.tasks}-task batches per "
-                            "variant; Service.run in a thread with the inotify observer; "
-                            "in-process SandboxForge; state on local disk")
+    result.info["setup"] = (
+        f"{args.drops} drops (+1 warm-up) of {args.tasks}-task batches per "
+        "variant; Service.run in a thread with the inotify observer; "
+        "in-process SandboxForge; state on local disk"
+    )
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

@@ -68,8 +68,12 @@ def main() -> None:
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--tasks", type=int, default=10_000)
     args_parser.add_argument("--closed", type=int, default=100)
-    args_parser.add_argument("--sample", type=int, default=500,
-                             help="issues polled one by one to time the per-task baseline")
+    args_parser.add_argument(
+        "--sample",
+        type=int,
+        default=500,
+        help="issues polled one by one to time the per-task baseline",
+    )
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("poll", command_line())
@@ -86,56 +90,96 @@ def main() -> None:
         numbers = sorted(int(i["issue_number"]) for i in submitted["issues"])
         service = Service(app)
 
-        full = Cycle(service, forge)                     # cycle 1: the periodic full poll
-        idle = Cycle(service, forge)                     # cycle 2: nothing changed
+        full = Cycle(service, forge)  # cycle 1: the periodic full poll
+        idle = Cycle(service, forge)  # cycle 2: nothing changed
         finish(forge, repo, numbers[: args.closed])
-        closed = Cycle(service, forge)                   # cycle 3: closures
-        after = Cycle(service, forge)                    # cycle 4: idle, right after
+        closed = Cycle(service, forge)  # cycle 3: closures
+        after = Cycle(service, forge)  # cycle 4: idle, right after
         tasks = app.store.get_tasks(batch_id)
         finished = sum(1 for t in tasks if t.status == "passed")
         assert finished == args.closed, f"{finished} tasks finished, expected {args.closed}"
         open_count = sum(1 for t in tasks if t.status == "open")
 
         amortized = (full.requests + (every - 1) * idle.requests) / every
-        result.add("idle cycle (nothing changed)", idle.requests, "requests", "<= 2",
-                   idle.requests <= 2, note=idle.note())
-        result.add(f"cycle with {args.closed} closed", closed.requests, "requests",
-                   f"<= {closed_target}", closed.requests <= closed_target,
-                   note=f"{closed.pages} list pages + {closed.comments} comment GETs; "
-                        + closed.note())
-        relisted = ("the 1 s `since` overlap (forge clock) lists the closures made in the "
-                    "second before the previous listing once more, without comment GETs"
-                    if after.pages > 1 else "one list page")
-        result.add("idle cycle right after closures", after.requests, "requests", "<= 2",
-                   after.requests <= 2,
-                   note=f"{after.pages} list pages, {after.comments} comment GETs: {relisted}; "
-                        + after.note())
-        result.add(f"full cycle (1 in {every}), nothing deleted", full.requests, "requests",
-                   note="X-Total-Count of a limit=1 page of open issues equals the store's "
-                        "open tasks, so the cycle stays incremental; " + full.note())
-        result.add(f"mean per idle cycle over {every} cycles", amortized, "requests", "<= 2",
-                   amortized <= 2, note=f"(1 full + {every - 1} idle) / {every}")
+        result.add(
+            "idle cycle (nothing changed)",
+            idle.requests,
+            "requests",
+            "<= 2",
+            idle.requests <= 2,
+            note=idle.note(),
+        )
+        result.add(
+            f"cycle with {args.closed} closed",
+            closed.requests,
+            "requests",
+            f"<= {closed_target}",
+            closed.requests <= closed_target,
+            note=f"{closed.pages} list pages + {closed.comments} comment GETs; " + closed.note(),
+        )
+        relisted = (
+            "the 1 s `since` overlap (forge clock) lists the closures made in the "
+            "second before the previous listing once more, without comment GETs"
+            if after.pages > 1
+            else "one list page"
+        )
+        result.add(
+            "idle cycle right after closures",
+            after.requests,
+            "requests",
+            "<= 2",
+            after.requests <= 2,
+            note=f"{after.pages} list pages, {after.comments} comment GETs: {relisted}; "
+            + after.note(),
+        )
+        result.add(
+            f"full cycle (1 in {every}), nothing deleted",
+            full.requests,
+            "requests",
+            note="X-Total-Count of a limit=1 page of open issues equals the store's "
+            "open tasks, so the cycle stays incremental; " + full.note(),
+        )
+        result.add(
+            f"mean per idle cycle over {every} cycles",
+            amortized,
+            "requests",
+            "<= 2",
+            amortized <= 2,
+            note=f"(1 full + {every - 1} idle) / {every}",
+        )
 
-        result.add("store bytes read per idle cycle", idle.io.read_bytes / 1e6, "MB",
-                   note=f"{idle.io.reads} whole-file reads, {idle.io.writes} writes "
-                        f"({idle.io.write_bytes / 1e6:.1f} MB) for one {args.tasks}-task batch "
-                        f"with nothing changed; {idle.seconds * 1000:.0f} ms wall")
+        result.add(
+            "store bytes read per idle cycle",
+            idle.io.read_bytes / 1e6,
+            "MB",
+            note=f"{idle.io.reads} whole-file reads, {idle.io.writes} writes "
+            f"({idle.io.write_bytes / 1e6:.1f} MB) for one {args.tasks}-task batch "
+            f"with nothing changed; {idle.seconds * 1000:.0f} ms wall",
+        )
 
         # The seed's per-task polling: one GET per open issue, timed on a sample.
         client = GiteaClient(forge.url, forge.token)
-        sample = numbers[args.closed: args.closed + args.sample]
+        sample = numbers[args.closed : args.closed + args.sample]
         forge.clear_requests()
         with Stopwatch() as per_task:
             for number in sample:
                 client.get_issue(repo, number)
         sample_requests = len(forge.requests)
         per_cycle_s = per_task.seconds / max(1, len(sample)) * open_count
-        result.add("seed per-task polling per cycle (baseline)", open_count, "requests",
-                   note=f"one GET per open task (computed); a {len(sample)}-issue loop made "
-                        f"{sample_requests} GETs in {per_task.seconds:.2f} s -> "
-                        f"~{per_cycle_s:.1f} s per cycle")
-        result.add("idle cycle / per-task polling", idle.requests / max(1, open_count), "",
-                   note="requests ratio")
+        result.add(
+            "seed per-task polling per cycle (baseline)",
+            open_count,
+            "requests",
+            note=f"one GET per open task (computed); a {len(sample)}-issue loop made "
+            f"{sample_requests} GETs in {per_task.seconds:.2f} s -> "
+            f"~{per_cycle_s:.1f} s per cycle",
+        )
+        result.add(
+            "idle cycle / per-task polling",
+            idle.requests / max(1, open_count),
+            "",
+            note="requests ratio",
+        )
 
         # A deleted issue: the next full cycle's probe counts one open issue too few.
         owner, name = repo.split("/", 1)
@@ -144,13 +188,18 @@ def main() -> None:
         deleted = Cycle(service, forge)
         missing = sum(1 for t in app.store.get_tasks(batch_id) if t.status == "missing")
         assert missing == 1, f"{missing} tasks missing after the deletion, expected 1"
-        result.add("full cycle after 1 issue was deleted", deleted.requests, "requests",
-                   note=f"probe + {deleted.pages - 1} list pages of every issue + "
-                        f"{deleted.requests - deleted.pages} GET of the unseen issue; "
-                        + deleted.note())
+        result.add(
+            "full cycle after 1 issue was deleted",
+            deleted.requests,
+            "requests",
+            note=f"probe + {deleted.pages - 1} list pages of every issue + "
+            f"{deleted.requests - deleted.pages} GET of the unseen issue; " + deleted.note(),
+        )
 
-    result.info["setup"] = (f"{args.tasks}-task batch taken in in {intake_watch.seconds:.1f} s; "
-                            "in-process SandboxForge; Service.poll_cycle() called directly")
+    result.info["setup"] = (
+        f"{args.tasks}-task batch taken in in {intake_watch.seconds:.1f} s; "
+        "in-process SandboxForge; Service.poll_cycle() called directly"
+    )
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

@@ -41,8 +41,11 @@ def child_baseline() -> dict[str, Any]:
     import dropbox_eval.service  # noqa: F401
 
     peak, current = rss_kib()
-    return {"peak_kib": peak, "rss_kib": current,
-            "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    return {
+        "peak_kib": peak,
+        "rss_kib": current,
+        "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
 
 
 def child_service(url: str, token: str, user: str, batches: int, tasks: int) -> dict[str, Any]:
@@ -78,24 +81,30 @@ def child_service(url: str, token: str, user: str, batches: int, tasks: int) -> 
         out["tracked_tasks"] = sum(int(r["total"]) for r in rows)
         out["finished_tasks"] = sum(int(r["done"]) for r in rows)
     peak, current = rss_kib()
-    out.update(peak_kib=peak, rss_kib=current,
-               ru_maxrss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    out.update(
+        peak_kib=peak,
+        rss_kib=current,
+        ru_maxrss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    )
     return out
 
 
-def run_child(args: list[str], forge: SandboxForge | None = None,
-              closed: int = 0) -> dict[str, Any]:
+def run_child(
+    args: list[str], forge: SandboxForge | None = None, closed: int = 0
+) -> dict[str, Any]:
     """Run this script as a child; act as the lane when it reports its repos."""
-    proc = subprocess.Popen([sys.executable, __file__, *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdin is not None and proc.stdout is not None
     if forge is not None:
         repos = json.loads(proc.stdout.readline())["repos"]
         for repo in repos:
             owner, name = repo.split("/", 1)
             for number in range(1, closed + 1):
-                forge.finish_issue(owner, name, number, comment="Verdict: pass.",
-                                   labels=["eval-pass"])
+                forge.finish_issue(
+                    owner, name, number, comment="Verdict: pass.", labels=["eval-pass"]
+                )
         proc.stdin.write("go\n")
         proc.stdin.flush()
     output, _ = proc.communicate(timeout=3600)
@@ -123,8 +132,18 @@ def main() -> None:
     started = time.perf_counter()
     baseline = run_child(["--child-baseline"])
     with SandboxForge(port=0) as forge:
-        measured = run_child(["--child-service", forge.url, forge.token, forge.user,
-                              str(args.batches), str(args.tasks)], forge, args.closed)
+        measured = run_child(
+            [
+                "--child-service",
+                forge.url,
+                forge.token,
+                forge.user,
+                str(args.batches),
+                str(args.tasks),
+            ],
+            forge,
+            args.closed,
+        )
     total = args.batches * args.tasks
     assert measured["tracked_tasks"] == total
     assert measured["finished_tasks"] == args.batches * args.closed
@@ -132,26 +151,43 @@ def main() -> None:
     base_mb = baseline["peak_kib"] / 1024
     first_mb = measured["after_batch_kib"][0] / 1024
     result = BenchResult("rss", command_line())
-    result.add(f"peak RSS tracking {total} tasks", peak_mb, "MB", f"<= {TARGET_MB:.0f} MB",
-               peak_mb <= TARGET_MB,
-               note=f"VmHWM after intake + full cycle + incremental cycle; ru_maxrss "
-                    f"{measured['ru_maxrss_kib'] / 1024:.0f} MB")
+    result.add(
+        f"peak RSS tracking {total} tasks",
+        peak_mb,
+        "MB",
+        f"<= {TARGET_MB:.0f} MB",
+        peak_mb <= TARGET_MB,
+        note=f"VmHWM after intake + full cycle + incremental cycle; ru_maxrss "
+        f"{measured['ru_maxrss_kib'] / 1024:.0f} MB",
+    )
     result.add("baseline: interpreter + package imported", base_mb, "MB")
-    result.add("peak above baseline", peak_mb - base_mb, "MB",
-               note="the store holds one batch in memory at a time: "
-                    f"{(peak_mb - base_mb) * 1024 * 1024 / args.tasks:.0f} bytes per task of "
-                    "the largest batch")
-    result.add(f"peak after the 1st batch ({args.tasks} tasks)", first_mb, "MB",
-               note="growth from 1 to all batches: "
-                    f"{peak_mb - first_mb:+.0f} MB")
-    result.info["phases"] = (f"intake of {total} tasks {measured['intake_s']:.0f} s; full cycle "
-                             f"{measured['full_cycle_s']:.1f} s; incremental cycle "
-                             f"{measured['incremental_cycle_s']:.1f} s; RSS after the full "
-                             f"cycle {measured['after_full_cycle_kib'] / 1024:.0f} MB")
+    result.add(
+        "peak above baseline",
+        peak_mb - base_mb,
+        "MB",
+        note="the store holds one batch in memory at a time: "
+        f"{(peak_mb - base_mb) * 1024 * 1024 / args.tasks:.0f} bytes per task of "
+        "the largest batch",
+    )
+    result.add(
+        f"peak after the 1st batch ({args.tasks} tasks)",
+        first_mb,
+        "MB",
+        note=f"growth from 1 to all batches: {peak_mb - first_mb:+.0f} MB",
+    )
+    result.info["phases"] = (
+        f"intake of {total} tasks {measured['intake_s']:.0f} s; full cycle "
+        f"{measured['full_cycle_s']:.1f} s; incremental cycle "
+        f"{measured['incremental_cycle_s']:.1f} s; RSS after the full "
+        f"cycle {measured['after_full_cycle_kib'] / 1024:.0f} MB"
+    )
     result.info["peak by batch (MB)"] = " ".join(
-        f"{kib / 1024:.0f}" for kib in measured["after_batch_kib"])
-    result.info["setup"] = ("product in a child process, in-process SandboxForge in the parent "
-                            f"(lane closes {args.closed} issues per batch before the cycles)")
+        f"{kib / 1024:.0f}" for kib in measured["after_batch_kib"]
+    )
+    result.info["setup"] = (
+        "product in a child process, in-process SandboxForge in the parent "
+        f"(lane closes {args.closed} issues per batch before the cycles)"
+    )
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

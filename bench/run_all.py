@@ -32,12 +32,20 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
 def run(name: str, extra: list[str]) -> dict[str, Any]:
     """One bench as a child process; its JSON document plus the wall time."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *extra, "--json"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, str(HERE / f"{name}.py"), *extra, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
-        return {"bench": name, "error": (done.stderr or done.stdout)[-2000:],
-                "command": f"python bench/{name}.py {' '.join(extra)}".strip(), "figures": [],
-                "seconds": time.perf_counter() - started}
+        return {
+            "bench": name,
+            "error": (done.stderr or done.stdout)[-2000:],
+            "command": f"python bench/{name}.py {' '.join(extra)}".strip(),
+            "figures": [],
+            "seconds": time.perf_counter() - started,
+        }
     data: dict[str, Any] = json.loads(done.stdout)
     data["command"] = f"python bench/{name}.py {' '.join(extra)}".strip()
     return data
@@ -52,16 +60,20 @@ def table(results: list[dict[str, Any]], markdown: bool) -> str:
             continue
         for fig in data["figures"]:
             value = f"{fmt(fig['value'])} {fig['unit']}".strip()
-            rows.append((data["bench"], fig["name"], value, fig["target"], fig["verdict"],
-                         data["command"]))
+            rows.append(
+                (data["bench"], fig["name"], value, fig["target"], fig["verdict"], data["command"])
+            )
     if markdown:
         lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-        lines += ["| " + " | ".join(c if i < 5 else f"`{c}`" for i, c in enumerate(r)) + " |"
-                  for r in rows[1:]]
+        lines += [
+            "| " + " | ".join(c if i < 5 else f"`{c}`" for i, c in enumerate(r)) + " |"
+            for r in rows[1:]
+        ]
         return "\n".join(lines)
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)).rstrip()
-                     for r in rows)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)).rstrip() for r in rows
+    )
 
 
 def main() -> None:
@@ -69,8 +81,12 @@ def main() -> None:
     args_parser.add_argument("--quick", action="store_true")
     args_parser.add_argument("--only", default="", help="comma-separated bench names")
     args_parser.add_argument("--markdown", action="store_true")
-    args_parser.add_argument("--from", dest="source", metavar="FILE",
-                             help="render a saved `run_all.py --json` document instead")
+    args_parser.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE",
+        help="render a saved `run_all.py --json` document instead",
+    )
     args = args_parser.parse_args()
     chosen = [n for n in BENCHES if not args.only or n in args.only.split(",")]
     if args.source:
@@ -85,8 +101,11 @@ def main() -> None:
             print(f"running {name} ...", file=sys.stderr, flush=True)
         results.append(run(name, quick if args.quick else default))
     if args.json:
-        print(json.dumps({"machine": machine_note(), "code": code_version(),
-                          "results": results}, indent=2))
+        print(
+            json.dumps(
+                {"machine": machine_note(), "code": code_version(), "results": results}, indent=2
+            )
+        )
         return
     print(table(results, args.markdown))
     print()

@@ -39,8 +39,12 @@ def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
 
 
 _SCHEMA = BatchFile.model_json_schema()
-BATCH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": _inlined(_SCHEMA, _SCHEMA.get("$defs", {}))}}}}
+BATCH_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inlined(_SCHEMA, _SCHEMA.get("$defs", {}))}},
+    }
+}
 
 bearer = HTTPBearer(auto_error=False)
 
@@ -81,11 +85,15 @@ Caller = Annotated[Client, Depends(_client_of)]
 
 def create_api(app: App) -> FastAPI:
     """The FastAPI application over the wired components."""
-    api = FastAPI(title="dropbox-eval", version=__version__,
-                  description="Eval batches: submit, follow, emit, cancel.")
+    api = FastAPI(
+        title="dropbox-eval",
+        version=__version__,
+        description="Eval batches: submit, follow, emit, cancel.",
+    )
     api.state.components = app
     problems: dict[int | str, dict[str, Any]] = {
-        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503)}
+        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503)
+    }
 
     def owned(batch_id: str, client: Client) -> BatchRecord:
         try:
@@ -108,35 +116,41 @@ def create_api(app: App) -> FastAPI:
 
     @api.exception_handler(RequestValidationError)
     def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"field": ".".join(str(p) for p in e["loc"][1:]), "reason": e["msg"]}
-                  for e in exc.errors()[:20]]
+        errors = [
+            {"field": ".".join(str(p) for p in e["loc"][1:]), "reason": e["msg"]}
+            for e in exc.errors()[:20]
+        ]
         message = f"{errors[0]['field']}: {errors[0]['reason']}" if errors else "invalid request"
         body = {"ok": False, "reason": "invalid_request", "message": message, "errors": errors}
         return JSONResponse(body, status_code=422)
 
-    @api.post("/api/eval/batches", status_code=201, responses=problems,
-              openapi_extra=BATCH_BODY)
+    @api.post("/api/eval/batches", status_code=201, responses=problems, openapi_extra=BATCH_BODY)
     async def submit(request: Request, client: Caller, response: Response) -> dict[str, Any]:
         """Submit a batch: the inbox's parser, limits, answers and funded check."""
         raw = await _body(request, app.settings.max_file_bytes)
-        batch = parse_batch(raw, max_bytes=app.settings.max_file_bytes,
-                            max_tasks=app.settings.max_tasks)
+        batch = parse_batch(
+            raw, max_bytes=app.settings.max_file_bytes, max_tasks=app.settings.max_tasks
+        )
         # the same body again is the same batch (a client retrying a timed-out POST)
         sha256 = hashlib.sha256(raw).hexdigest()
-        result = await run_in_threadpool(app.intake.accept, batch, client.client_id,
-                                         source=API_SOURCE, sha256=sha256)
+        result = await run_in_threadpool(
+            app.intake.accept, batch, client.client_id, source=API_SOURCE, sha256=sha256
+        )
         if result.get("duplicate"):
             response.status_code = 200
         return result
 
     @api.get("/api/eval/batches", responses=problems)
-    def list_batches(client: Caller, response: Response,
-                     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
-                     limit: Annotated[int, Query(ge=1, le=100)] = 50) -> list[dict[str, Any]]:
+    def list_batches(
+        client: Caller,
+        response: Response,
+        page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+        limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    ) -> list[dict[str, Any]]:
         """The caller's batches, oldest first, paged (`X-Total-Count` has the total)."""
         rows = app.store.list_batches(lambda r: r["client_id"] == client.client_id)
         response.headers["X-Total-Count"] = str(len(rows))
-        return rows[(page - 1) * limit: page * limit]
+        return rows[(page - 1) * limit : page * limit]
 
     @api.get("/api/eval/batches/{batch_id}", responses=problems)
     def get_batch(batch_id: str, client: Caller) -> dict[str, Any]:
@@ -146,16 +160,22 @@ def create_api(app: App) -> FastAPI:
         data = batch.model_dump(mode="json", exclude={"report", "sha256", "source"})
         data["counts"] = status_counts(tasks, every_status=True)
         data["tasks"] = [
-            {"task_id": t.task_id, "status": t.status, "issue_number": t.issue_number,
-             "issue_url": t.issue_url, "summary": t.result.summary if t.result else None,
-             "details": t.result.details if t.result else None}
+            {
+                "task_id": t.task_id,
+                "status": t.status,
+                "issue_number": t.issue_number,
+                "issue_url": t.issue_url,
+                "summary": t.result.summary if t.result else None,
+                "details": t.result.details if t.result else None,
+            }
             for t in tasks
         ]
         return data
 
     @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
-    def emit(batch_id: str, client: Caller,
-             force: Annotated[bool, Query()] = False) -> dict[str, Any]:
+    def emit(
+        batch_id: str, client: Caller, force: Annotated[bool, Query()] = False
+    ) -> dict[str, Any]:
         """Deliver the report of a finished batch (again with `force`)."""
         batch = owned(batch_id, client)
         return app.delivery.emit(batch.batch_id, force=force)
@@ -165,8 +185,12 @@ def create_api(app: App) -> FastAPI:
         """Cancel a running batch; finished results are kept, the report is emitted."""
         batch = owned(batch_id, client)
         done = app.lifecycle.cancel(batch.batch_id)
-        return {"ok": True, "batch_id": done.batch_id, "status": done.status,
-                "charged": done.charged}
+        return {
+            "ok": True,
+            "batch_id": done.batch_id,
+            "status": done.status,
+            "charged": done.charged,
+        }
 
     return api
 

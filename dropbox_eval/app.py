@@ -45,19 +45,36 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     billing = Billing(store, settings.task_price)
     gitea = None
     if with_forge and settings.gitea_url and settings.gitea_token:
-        gitea = GiteaClient(settings.gitea_url, settings.gitea_token,
-                            timeout=settings.forge_timeout, attempts=1,
-                            label_lock=settings.state_path / "labels.lock")
-    emitter = Emitter(FileEmitter(settings.outbox_path),
-                      WebhookEmitter(timeout=settings.callback_timeout, attempts=1),
-                      CallbackPolicy(settings.callback_allow))
-    schedule = Schedule(store, base=settings.retry_base, cap=settings.retry_cap,
-                        max_attempts=settings.max_attempts)
+        gitea = GiteaClient(
+            settings.gitea_url,
+            settings.gitea_token,
+            timeout=settings.forge_timeout,
+            attempts=1,
+            label_lock=settings.state_path / "labels.lock",
+        )
+    emitter = Emitter(
+        FileEmitter(settings.outbox_path),
+        WebhookEmitter(timeout=settings.callback_timeout, attempts=1),
+        CallbackPolicy(settings.callback_allow),
+    )
+    schedule = Schedule(
+        store, base=settings.retry_base, cap=settings.retry_cap, max_attempts=settings.max_attempts
+    )
     settler = Settler(store, billing)
     poller = Poller(store, gitea, settings, settler)
     lifecycle = Lifecycle(store, gitea, settings, poller, settler, schedule)
     intake = Intake(store, billing, gitea, settings, lifecycle)
     inbox = Inbox(settings.inbox_path, intake, lifecycle, settings.max_file_bytes)
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
-    return App(settings, store, billing, gitea, inbox, intake, poller, settler, lifecycle,
-               Delivery(store, emitter, settings))
+    return App(
+        settings,
+        store,
+        billing,
+        gitea,
+        inbox,
+        intake,
+        poller,
+        settler,
+        lifecycle,
+        Delivery(store, emitter, settings),
+    )

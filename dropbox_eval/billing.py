@@ -39,13 +39,18 @@ class Billing:
     def add_client(self, client_id: str, credits: int = 0) -> Client:
         """Create a client (with a webhook secret), optionally funded; raises if it exists."""
         if not is_valid_id(client_id):
-            raise DropboxEvalError(f"client id {client_id!r} must match {ID_PATTERN} (it names "
-                                   "the client's inbox folder)")
+            raise DropboxEvalError(
+                f"client id {client_id!r} must match {ID_PATTERN} (it names "
+                "the client's inbox folder)"
+            )
         with self.store.locked():
             if self.store.get_client(client_id) is not None:
                 raise DropboxEvalError(f"client {client_id!r} already exists")
-            self.store.add_client(Client(client_id=client_id, created_at=utcnow(),
-                                         webhook_secret=new_webhook_secret()))
+            self.store.add_client(
+                Client(
+                    client_id=client_id, created_at=utcnow(), webhook_secret=new_webhook_secret()
+                )
+            )
             if credits:
                 self._post(client_id, "fund", credits, note="initial credits")
         return self.client(client_id)
@@ -80,7 +85,8 @@ class Billing:
         with self.store.locked():
             client = self.client(client_id)
             self.store.update_client(
-                client_id, api_key_hashes=[*client.api_key_hashes, hash_api_key(key)])
+                client_id, api_key_hashes=[*client.api_key_hashes, hash_api_key(key)]
+            )
         return key
 
     def client_for_key(self, key: str) -> Client | None:
@@ -110,7 +116,9 @@ class Billing:
                 f"batch costs {cost} credits ({task_count} tasks x {self.task_price}) but "
                 f"{client.available} are available ({client.balance} balance, {client.held} "
                 "held by running batches); add credits and drop the file again",
-                client_id=client_id, cost=cost, balance=client.balance,
+                client_id=client_id,
+                cost=cost,
+                balance=client.balance,
                 available=client.available,
             )
         return cost
@@ -121,22 +129,42 @@ class Billing:
             return None
         return self._entry(client_id, "hold", 0, amount, batch_id=batch_id)
 
-    def settlement(self, client_id: str, batch_id: str, hold: int,
-                   charged: int) -> list[LedgerEntry]:
+    def settlement(
+        self, client_id: str, batch_id: str, hold: int, charged: int
+    ) -> list[LedgerEntry]:
         """Charge for finished tasks, release the whole hold."""
         steps: tuple[tuple[LedgerKind, int, int], ...] = (
-            ("charge", -charged, 0), ("release", 0, -hold))
-        return [self._entry(client_id, kind, amount, held_change, batch_id=batch_id)
-                for kind, amount, held_change in steps if amount or held_change]
+            ("charge", -charged, 0),
+            ("release", 0, -hold),
+        )
+        return [
+            self._entry(client_id, kind, amount, held_change, batch_id=batch_id)
+            for kind, amount, held_change in steps
+            if amount or held_change
+        ]
 
     def _post(self, client_id: str, kind: LedgerKind, amount: int, note: str = "") -> None:
         self.store.post_ledger(self._entry(client_id, kind, amount, 0, note=note))
 
     @staticmethod
-    def _entry(client_id: str, kind: LedgerKind, amount: int, held_change: int,
-               batch_id: str | None = None, note: str = "") -> LedgerEntry:
+    def _entry(
+        client_id: str,
+        kind: LedgerKind,
+        amount: int,
+        held_change: int,
+        batch_id: str | None = None,
+        note: str = "",
+    ) -> LedgerEntry:
         """A movement; the store fills in the balance and held amount after it, from the
         client as it is when the entry is posted under the lock."""
-        return LedgerEntry(client_id=client_id, kind=kind, amount=amount,
-                           held_change=held_change, balance_after=0, held_after=0,
-                           batch_id=batch_id, note=note, at=utcnow())
+        return LedgerEntry(
+            client_id=client_id,
+            kind=kind,
+            amount=amount,
+            held_change=held_change,
+            balance_after=0,
+            held_after=0,
+            batch_id=batch_id,
+            note=note,
+            at=utcnow(),
+        )

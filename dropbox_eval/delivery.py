@@ -37,11 +37,18 @@ class Delivery:
         """
         batch = self.store.get_batch(batch_id)
         if batch.status == BatchStatus.RUNNING:
-            raise NotFinished(f"batch {batch_id}: {batch.done}/{batch.total} tasks finished",
-                              done=batch.done, total=batch.total)
+            raise NotFinished(
+                f"batch {batch_id}: {batch.done}/{batch.total} tasks finished",
+                done=batch.done,
+                total=batch.total,
+            )
         if batch.emitted_at is not None and not force:
-            return {"ok": True, "batch_id": batch_id, "already_emitted": True,
-                    "emitted_at": batch.emitted_at.isoformat()}
+            return {
+                "ok": True,
+                "batch_id": batch_id,
+                "already_emitted": True,
+                "emitted_at": batch.emitted_at.isoformat(),
+            }
         report = batch.report or build_report(batch, self.store.get_tasks(batch_id))
         try:
             where = self.emitter.deliver(report, batch.callback_url, self._secret(batch))
@@ -50,8 +57,13 @@ class Delivery:
             raise
         # completed -> emitted; the side exits keep their status, with emitted_at
         status = BatchStatus.EMITTED if batch.status == BatchStatus.COMPLETED else batch.status
-        self.store.update_batch(batch_id, emitted_at=utcnow(), status=status,
-                                last_delivery_error=None, next_delivery_at=None)
+        self.store.update_batch(
+            batch_id,
+            emitted_at=utcnow(),
+            status=status,
+            last_delivery_error=None,
+            next_delivery_at=None,
+        )
         log.info("batch %s: report emitted to %s", batch_id, where)
         return {"ok": True, "batch_id": batch_id, "delivered_to": where}
 
@@ -73,15 +85,29 @@ class Delivery:
         limit = self.settings.delivery_max_attempts
         delay = backoff(attempts, self.settings.delivery_retry_base, MAX_DELIVERY_DELAY)
         next_at = utcnow() + delay if attempts < limit else None
-        self.store.update_batch(batch.batch_id, delivery_attempts=attempts,
-                                last_delivery_error=str(error), next_delivery_at=next_at)
+        self.store.update_batch(
+            batch.batch_id,
+            delivery_attempts=attempts,
+            last_delivery_error=str(error),
+            next_delivery_at=next_at,
+        )
         if next_at is None:
-            log.error("batch %s: delivery failed %d times, giving up; the report is in "
-                      "outbox/undelivered/ (re-send with `dropbox-eval emit %s --force`)",
-                      batch.batch_id, attempts, batch.batch_id)
+            log.error(
+                "batch %s: delivery failed %d times, giving up; the report is in "
+                "outbox/undelivered/ (re-send with `dropbox-eval emit %s --force`)",
+                batch.batch_id,
+                attempts,
+                batch.batch_id,
+            )
         else:
-            log.warning("batch %s: delivery failed (%d/%d), next try at %s: %s",
-                        batch.batch_id, attempts, limit, next_at.isoformat(), error)
+            log.warning(
+                "batch %s: delivery failed (%d/%d), next try at %s: %s",
+                batch.batch_id,
+                attempts,
+                limit,
+                next_at.isoformat(),
+                error,
+            )
 
 
 def destination(batch: BatchRecord) -> str:

@@ -124,8 +124,12 @@ class Busy(Conflict):
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 0, 1, 2, 3, 4, 5
-REJECTION_HTTP_STATUS = {"unfunded": 402, "unknown_client": 403, "client_mismatch": 403,
-                         "too_large": 413}
+REJECTION_HTTP_STATUS = {
+    "unfunded": 402,
+    "unknown_client": 403,
+    "client_mismatch": 403,
+    "too_large": 413,
+}
 
 # (error class, HTTP status, exit code, reason code); the first matching row answers
 _ANSWERS: tuple[tuple[type[DropboxEvalError], int, int, str], ...] = (

@@ -50,8 +50,12 @@ def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     folder_fd = os.open(path.parent, _DIR_FLAGS)
     try:
-        write_at(folder_fd, path.name, text.encode("utf-8"),
-                 tmp=f".{path.name}.{secrets.token_hex(4)}.tmp")
+        write_at(
+            folder_fd,
+            path.name,
+            text.encode("utf-8"),
+            tmp=f".{path.name}.{secrets.token_hex(4)}.tmp",
+        )
     finally:
         os.close(folder_fd)
 

@@ -54,8 +54,14 @@ class Recorded:
 class Intake:
     """Records batches and opens their issues."""
 
-    def __init__(self, store: Store, billing: Billing, gitea: GiteaClient | None,
-                 settings: Settings, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        store: Store,
+        billing: Billing,
+        gitea: GiteaClient | None,
+        settings: Settings,
+        lifecycle: Lifecycle,
+    ) -> None:
         self.store = store
         self.billing = billing
         self._gitea = gitea
@@ -68,56 +74,89 @@ class Intake:
         """The forge client; a ConfigError names the missing setting when there is none."""
         return self.settings.forge_client(self._gitea)
 
-    def submit_batch(self, client_id: str, tasks: list[dict[str, Any]],
-                     callback_url: str | None = None,
-                     batch_ref: str | None = None) -> dict[str, Any]:
+    def submit_batch(
+        self,
+        client_id: str,
+        tasks: list[dict[str, Any]],
+        callback_url: str | None = None,
+        batch_ref: str | None = None,
+    ) -> dict[str, Any]:
         """The seed's API: validate, check funds, open issues; a rejection comes back as
         `{"ok": False, "reason": ...}` (every other operation raises)."""
         try:
-            batch = BatchFile.model_validate({"client_id": client_id, "tasks": tasks,
-                                              "callback_url": callback_url,
-                                              "batch_ref": batch_ref})
+            batch = BatchFile.model_validate(
+                {
+                    "client_id": client_id,
+                    "tasks": tasks,
+                    "callback_url": callback_url,
+                    "batch_ref": batch_ref,
+                }
+            )
             return self.accept(batch, client_id)
         except ValidationError as exc:
             return rejection_from_validation(exc).as_dict()
         except BatchRejected as exc:
             return exc.as_dict()
 
-    def accept(self, batch: BatchFile, client_id: str, *, source: str | None = None,
-               sha256: str | None = None) -> dict[str, Any]:
+    def accept(
+        self,
+        batch: BatchFile,
+        client_id: str,
+        *,
+        source: str | None = None,
+        sha256: str | None = None,
+    ) -> dict[str, Any]:
         """Record a valid batch (or find its duplicate), then try once to open its issues;
         returns the receipt. A forge failure leaves the rest to the service's visits."""
         recorded = self.record(batch, client_id, source=source, sha256=sha256)
         record = recorded.batch
         if not recorded.duplicate:
-            log.info("batch %s: accepted %d tasks from %s (%s)", record.batch_id,
-                     record.total, client_id, source or API_SOURCE)
+            log.info(
+                "batch %s: accepted %d tasks from %s (%s)",
+                record.batch_id,
+                record.total,
+                client_id,
+                source or API_SOURCE,
+            )
         if self._gitea is not None:  # without a forge, the service creates them later
-            self.lifecycle.visit(record.batch_id, self._open, record, recorded.tasks,
-                                 bool(recorded.tasks))
+            self.lifecycle.visit(
+                record.batch_id, self._open, record, recorded.tasks, bool(recorded.tasks)
+            )
         return self.receipt(record.batch_id, duplicate=recorded.duplicate)
 
     def receipt(self, batch_id: str, *, duplicate: bool = False) -> dict[str, Any]:
         """What the client is told: the batch id and each task's issue number so far."""
         batch = self.store.get_batch(batch_id)
         result: dict[str, Any] = {
-            "ok": True, "batch_id": batch_id, "status": batch.status,
-            "issues": [{"task_id": t.task_id, "issue_number": t.issue_number}
-                       for t in self.store.get_tasks(batch_id)]}
+            "ok": True,
+            "batch_id": batch_id,
+            "status": batch.status,
+            "issues": [
+                {"task_id": t.task_id, "issue_number": t.issue_number}
+                for t in self.store.get_tasks(batch_id)
+            ],
+        }
         if batch.failure:
             result["failure"] = batch.failure
         if duplicate:
             result["duplicate"] = True
         return result
 
-    def record(self, batch: BatchFile, client_id: str, *, source: str | None = None,
-               sha256: str | None = None) -> Recorded:
+    def record(
+        self,
+        batch: BatchFile,
+        client_id: str,
+        *,
+        source: str | None = None,
+        sha256: str | None = None,
+    ) -> Recorded:
         """Store the batch and its hold before any forge call. No forge I/O."""
         if batch.client_id is not None and batch.client_id != client_id:
             raise BatchRejected(
                 "client_mismatch",
                 f"file claims client_id {batch.client_id!r} but was dropped for {client_id!r}",
-                field="client_id")
+                field="client_id",
+            )
         check_task_count(len(batch.tasks), self.settings.max_tasks)
         if batch.callback_url:
             self.policy.check(batch.callback_url)
@@ -128,22 +167,39 @@ class Intake:
                 return Recorded(earlier, duplicate=not _own_unfiled(earlier, source, sha256))
             cost = self.billing.check_funded(client_id, len(batch.tasks))
             record = self._new_record(batch, client_id, cost, source, sha256)
-            tasks = [TaskRecord(task_id=t.task_id, batch_id=record.batch_id, repo=record.repo,
-                                payload=t, created_at=record.created_at) for t in batch.tasks]
+            tasks = [
+                TaskRecord(
+                    task_id=t.task_id,
+                    batch_id=record.batch_id,
+                    repo=record.repo,
+                    payload=t,
+                    created_at=record.created_at,
+                )
+                for t in batch.tasks
+            ]
             hold = self.billing.hold_entry(client_id, cost, record.batch_id)
             self.store.create_batch(record, tasks, hold)
         return Recorded(record, tasks)
 
-    def _new_record(self, batch: BatchFile, client_id: str, cost: int, source: str | None,
-                    sha256: str | None) -> BatchRecord:
+    def _new_record(
+        self, batch: BatchFile, client_id: str, cost: int, source: str | None, sha256: str | None
+    ) -> BatchRecord:
         now = utcnow()
         batch_id = new_batch_id(now)
         return BatchRecord(
-            batch_id=batch_id, client_id=client_id, batch_ref=batch.batch_ref,
-            callback_url=batch.callback_url, repo=self.repo_for(client_id, batch_id),
-            source=source, sha256=sha256, total=len(batch.tasks), cost=cost,
-            unit_price=self.billing.task_price, created_at=now,
-            deadline=now + timedelta(seconds=self._window(batch)))
+            batch_id=batch_id,
+            client_id=client_id,
+            batch_ref=batch.batch_ref,
+            callback_url=batch.callback_url,
+            repo=self.repo_for(client_id, batch_id),
+            source=source,
+            sha256=sha256,
+            total=len(batch.tasks),
+            cost=cost,
+            unit_price=self.billing.task_price,
+            created_at=now,
+            deadline=now + timedelta(seconds=self._window(batch)),
+        )
 
     def _window(self, batch: BatchFile) -> int:
         if batch.completion_window is None:
@@ -151,8 +207,11 @@ class Intake:
         seconds = window_seconds(batch.completion_window)
         low, high = 60, self.settings.max_completion_window
         if not low <= seconds <= high:
-            raise BatchRejected("invalid_batch", f"completion_window: must be between {low} "
-                                f"and {high} seconds", field="completion_window")
+            raise BatchRejected(
+                "invalid_batch",
+                f"completion_window: must be between {low} and {high} seconds",
+                field="completion_window",
+            )
         return seconds
 
     def repo_for(self, client_id: str, batch_id: str) -> str:
@@ -181,8 +240,7 @@ class Intake:
                 batch, tasks = self.store.get_batch(batch.batch_id), []
                 if batch.intake_done or batch.status != BatchStatus.RUNNING:
                     return 0
-            return self._open_leased(batch, tasks or self.store.get_tasks(batch.batch_id),
-                                     fresh)
+            return self._open_leased(batch, tasks or self.store.get_tasks(batch.batch_id), fresh)
 
     def _open_leased(self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool) -> int:
         pending = [t for t in tasks if t.issue_number is None and t.status == TaskStatus.PENDING]
@@ -193,17 +251,18 @@ class Intake:
             label_id = gitea.ensure_label(batch.repo, self.settings.task_label, LABEL_COLOR)
             if not fresh:  # an earlier attempt may have created some before it stopped
                 found = find_marked(gitea, batch, pending, self.settings.task_label)
-                self.store.update_tasks(batch.batch_id, {k: opened(i.number, i.html_url)
-                                                         for k, i in found.items()})
+                self.store.update_tasks(
+                    batch.batch_id, {k: opened(i.number, i.html_url) for k, i in found.items()}
+                )
                 pending = [t for t in pending if t.task_id not in found]
             created = self._create_all(batch, pending, label_id)
-            log.info("batch %s: created %d issues in %s", batch.batch_id, len(created),
-                     batch.repo)
+            log.info("batch %s: created %d issues in %s", batch.batch_id, len(created), batch.repo)
         self.store.update_batch(batch.batch_id, intake_done=True)
         return len(created)
 
-    def _create_all(self, batch: BatchRecord, tasks: list[TaskRecord],
-                    label_id: int) -> dict[str, int]:
+    def _create_all(
+        self, batch: BatchRecord, tasks: list[TaskRecord], label_id: int
+    ) -> dict[str, int]:
         """Create issues with bounded concurrency and a bounded queue; progress is stored
         every few seconds (a crash in between is repaired by adoption, not by a flush)."""
         created: dict[str, int] = {}
@@ -218,8 +277,9 @@ class Intake:
                 task = next(queue, None)
                 if task is not None:
                     body = issue_body(batch.batch_id, task.payload)
-                    future = pool.submit(self.gitea.create_issue, batch.repo,
-                                         task.payload.title, body, [label_id])
+                    future = pool.submit(
+                        self.gitea.create_issue, batch.repo, task.payload.title, body, [label_id]
+                    )
                     in_flight[future] = task.task_id
 
             for _ in range(2 * workers):
@@ -246,5 +306,9 @@ class Intake:
 def _own_unfiled(batch: BatchRecord, source: str | None, sha256: str | None) -> bool:
     """The same drop, read again after a crash stopped it before it was filed: the batch
     resumes; it is not a duplicate of itself."""
-    return (source not in (None, API_SOURCE) and not batch.filed and batch.source == source
-            and batch.sha256 == sha256)
+    return (
+        source not in (None, API_SOURCE)
+        and not batch.filed
+        and batch.source == source
+        and batch.sha256 == sha256
+    )

@@ -26,19 +26,29 @@ LEASE_WAIT_SECONDS = 120.0
 WHY = {
     BatchStatus.CANCELLED: "Cancelled by the client before the lane finished this task.",
     BatchStatus.EXPIRED: "The batch passed its completion window before the lane finished "
-                         "this task.",
+    "this task.",
     BatchStatus.FAILED: "The batch failed before the lane finished this task: {failure}",
 }
-ABORTED_TASK = {BatchStatus.CANCELLED: TaskStatus.CANCELLED,
-                BatchStatus.EXPIRED: TaskStatus.EXPIRED, BatchStatus.FAILED: TaskStatus.ABORTED}
+ABORTED_TASK = {
+    BatchStatus.CANCELLED: TaskStatus.CANCELLED,
+    BatchStatus.EXPIRED: TaskStatus.EXPIRED,
+    BatchStatus.FAILED: TaskStatus.ABORTED,
+}
 T = TypeVar("T")
 
 
 class Lifecycle:
     """Ends running batches early, and runs forge work under the durable schedule."""
 
-    def __init__(self, store: Store, gitea: GiteaClient | None, settings: Settings,
-                 poller: Poller, settler: Settler, schedule: Schedule) -> None:
+    def __init__(
+        self,
+        store: Store,
+        gitea: GiteaClient | None,
+        settings: Settings,
+        poller: Poller,
+        settler: Settler,
+        schedule: Schedule,
+    ) -> None:
         self.store = store
         self._gitea = gitea
         self.settings = settings
@@ -74,8 +84,10 @@ class Lifecycle:
         half-way is finished by a later visit."""
         batch = self.store.get_batch(batch_id)
         if batch.status != BatchStatus.RUNNING:
-            raise NotRunning(f"batch {batch_id} is {batch.status}; only running batches can "
-                             "be cancelled", status=batch.status)
+            raise NotRunning(
+                f"batch {batch_id} is {batch.status}; only running batches can be cancelled",
+                status=batch.status,
+            )
         if not batch.cancel_requested:
             self.store.update_batch(batch_id, cancel_requested=True)
         return self._abort(batch_id, BatchStatus.CANCELLED)
@@ -106,31 +118,33 @@ class Lifecycle:
             log.warning("batch %s: open issues not closed (%s)", batch_id, exc)
             return self._end_locally(batch_id, BatchStatus.FAILED, failure=failure)
 
-    def _abort(self, batch_id: str, status: BatchStatus, failure: str | None = None
-               ) -> BatchRecord:
+    def _abort(self, batch_id: str, status: BatchStatus, failure: str | None = None) -> BatchRecord:
         with self.store.intake_lease(batch_id, wait=LEASE_WAIT_SECONDS) as leased:
             if not leased:
-                raise Busy(f"batch {batch_id} is busy (its issues are being created); try "
-                           "again in a minute")
+                raise Busy(
+                    f"batch {batch_id} is busy (its issues are being created); try "
+                    "again in a minute"
+                )
             try:
                 self._close_open_issues(batch_id, status, failure)
             except ForgeNotFound:  # the repo is gone: nothing is left to close on the forge
-                log.warning("batch %s: repo not found; unfinished tasks end as %s", batch_id,
-                            status)
+                log.warning(
+                    "batch %s: repo not found; unfinished tasks end as %s", batch_id, status
+                )
             return self._end_locally(batch_id, status, failure=failure)
 
-    def _end_locally(self, batch_id: str, status: BatchStatus,
-                     failure: str | None = None) -> BatchRecord:
+    def _end_locally(
+        self, batch_id: str, status: BatchStatus, failure: str | None = None
+    ) -> BatchRecord:
         why = WHY[status].format(failure=failure)
         tasks = self.store.get_tasks(batch_id)
         change = ended(ABORTED_TASK[status], why)
-        self.store.update_tasks(batch_id, {t.task_id: change for t in tasks
-                                           if not t.status.is_finished})
-        return self.settler.close(batch_id, self.store.get_tasks(batch_id), status,
-                                  failure=failure)
+        self.store.update_tasks(
+            batch_id, {t.task_id: change for t in tasks if not t.status.is_finished}
+        )
+        return self.settler.close(batch_id, self.store.get_tasks(batch_id), status, failure=failure)
 
-    def _close_open_issues(self, batch_id: str, status: BatchStatus,
-                           failure: str | None) -> None:
+    def _close_open_issues(self, batch_id: str, status: BatchStatus, failure: str | None) -> None:
         """Keep what the lane finished, then comment, label and close every open issue."""
         if status != BatchStatus.FAILED:
             self.poller.poll_completed(batch_id)
@@ -141,8 +155,9 @@ class Lifecycle:
         pending = [t for t in tasks if t.status == TaskStatus.PENDING]
         if pending:
             found = find_marked(self.gitea, batch, pending, self.settings.task_label)
-            self.store.update_tasks(batch_id, {k: opened(i.number, i.html_url)
-                                               for k, i in found.items()})
+            self.store.update_tasks(
+                batch_id, {k: opened(i.number, i.html_url) for k, i in found.items()}
+            )
             tasks = self.store.get_tasks(batch_id)
         open_tasks = [t for t in tasks if t.status == TaskStatus.OPEN and t.issue_number]
         if not open_tasks:
@@ -153,8 +168,11 @@ class Lifecycle:
         try:
             for task in open_tasks:
                 gone = self._close_issue(batch.repo, task.issue_number or 0, label_id, why)
-                closed[task.task_id] = (ended(TaskStatus.MISSING, "the issue was deleted")
-                                        if gone else ended(ABORTED_TASK[status], why))
+                closed[task.task_id] = (
+                    ended(TaskStatus.MISSING, "the issue was deleted")
+                    if gone
+                    else ended(ABORTED_TASK[status], why)
+                )
         finally:
             self.store.update_tasks(batch_id, closed)
 

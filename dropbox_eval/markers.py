@@ -36,8 +36,9 @@ def issue_body(batch_id: str, task: TaskSpec) -> str:
     body = neutralised(task.body.strip())
     parts = [body] if body else []
     if task.acceptance:
-        parts.append("## Acceptance\n" + "\n".join(f"- [ ] {neutralised(item)}"
-                                                   for item in task.acceptance))
+        parts.append(
+            "## Acceptance\n" + "\n".join(f"- [ ] {neutralised(item)}" for item in task.acceptance)
+        )
     parts.append(f"batch: {batch_id}\ntask: {task.task_id}")
     parts.append(marker(batch_id, task.task_id))
     return "\n\n".join(parts) + "\n"
@@ -51,18 +52,17 @@ def read_marker(body: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-def find_marked(gitea: GiteaClient, batch: BatchRecord, pending: list[TaskRecord],
-                label: str) -> dict[str, ForgeIssue]:
+def find_marked(
+    gitea: GiteaClient, batch: BatchRecord, pending: list[TaskRecord], label: str
+) -> dict[str, ForgeIssue]:
     """The issues an interrupted attempt created for these tasks, by their marker."""
     wanted = {t.task_id for t in pending}
     found: dict[str, ForgeIssue] = {}
     gitea.repair_label(batch.repo, label)  # two labels of one name would hide every issue
-    for issue in gitea.iter_issues(batch.repo, labels=label,
-                                   since=batch.created_at - ADOPT_MARGIN):
+    for issue in gitea.iter_issues(batch.repo, labels=label, since=batch.created_at - ADOPT_MARGIN):
         marked = read_marker(issue.body)
         if marked is not None and marked[0] == batch.batch_id and marked[1] in wanted:
             found.setdefault(marked[1], issue)
     if found:
-        log.info("batch %s: found %d issues from an interrupted intake", batch.batch_id,
-                 len(found))
+        log.info("batch %s: found %d issues from an interrupted intake", batch.batch_id, len(found))
     return found

@@ -27,8 +27,9 @@ Owner = tuple[BatchRecord, TaskRecord]
 class Poller:
     """Stores the results of issues the lane closed and moves each batch's progress."""
 
-    def __init__(self, store: Store, gitea: GiteaClient | None, settings: Settings,
-                 settler: Settler) -> None:
+    def __init__(
+        self, store: Store, gitea: GiteaClient | None, settings: Settings, settler: Settler
+    ) -> None:
         self.store = store
         self._gitea = gitea
         self.settings = settings
@@ -43,8 +44,9 @@ class Poller:
         """Store results of issues the lane closed; open ones are skipped (seed API)."""
         return self.poll_batches([batch_id], full=full).get(batch_id, [])
 
-    def poll_batches(self, batch_ids: list[str], *, full: bool = False,
-                     probe: bool = True) -> dict[str, list[str]]:
+    def poll_batches(
+        self, batch_ids: list[str], *, full: bool = False, probe: bool = True
+    ) -> dict[str, list[str]]:
         """Poll running batches that share one repo with a single paged listing.
 
         A normal poll asks only for issues closed since the oldest last poll (with an
@@ -53,33 +55,45 @@ class Poller:
         one, so a deleted issue finishes its task as `missing` (with `probe`, only when the
         forge counts fewer open issues than the store expects). Returns finished task ids.
         """
-        batches = [b for b in map(self.store.get_batch, batch_ids)
-                   if b.status == BatchStatus.RUNNING]
+        batches = [
+            b for b in map(self.store.get_batch, batch_ids) if b.status == BatchStatus.RUNNING
+        ]
         if not batches:
             return {}
         tasks = {b.batch_id: self.store.get_tasks(b.batch_id) for b in batches}
-        open_tasks = {t.issue_number: (b, t) for b in batches for t in tasks[b.batch_id]
-                      if t.status == TaskStatus.OPEN and t.issue_number is not None}
+        open_tasks = {
+            t.issue_number: (b, t)
+            for b in batches
+            for t in tasks[b.batch_id]
+            if t.status == TaskStatus.OPEN and t.issue_number is not None
+        }
         started = utcnow() - LOCAL_CLOCK_MARGIN
         changes: dict[str, dict[str, dict[str, Any]]] = {b.batch_id: {} for b in batches}
         unread: set[str] = set()  # batches with a result that could not be read this time
         if open_tasks:
-            started = self._list_closed(batches, open_tasks, full, probe, changes,
-                                        unread) or started
+            started = (
+                self._list_closed(batches, open_tasks, full, probe, changes, unread) or started
+            )
         for batch in batches:
             finished = changes[batch.batch_id]
             self.store.update_tasks(batch.batch_id, finished)
             for task_id, change in finished.items():
-                log.info("batch %s: task %s finished as %s", batch.batch_id, task_id,
-                         change["status"])
+                log.info(
+                    "batch %s: task %s finished as %s", batch.batch_id, task_id, change["status"]
+                )
             polled_at = batch.last_polled_at if batch.batch_id in unread else started
-            self.refresh_progress(batch, _applied(tasks[batch.batch_id], finished),
-                                  polled_at)
+            self.refresh_progress(batch, _applied(tasks[batch.batch_id], finished), polled_at)
         return {batch_id: list(finished) for batch_id, finished in changes.items()}
 
-    def _list_closed(self, batches: list[BatchRecord], open_tasks: dict[int, Owner],
-                     full: bool, probe: bool, changes: dict[str, dict[str, dict[str, Any]]],
-                     unread: set[str]) -> datetime | None:
+    def _list_closed(
+        self,
+        batches: list[BatchRecord],
+        open_tasks: dict[int, Owner],
+        full: bool,
+        probe: bool,
+        changes: dict[str, dict[str, dict[str, Any]]],
+        unread: set[str],
+    ) -> datetime | None:
         repo = batches[0].repo
         label = self.settings.task_label
         if full and probe:  # a listing of everything only when issues went missing
@@ -89,25 +103,34 @@ class Poller:
         if not full and len(polled) == len(batches):
             since = min(polled) - SINCE_OVERLAP
         self.gitea.listed_at = None
-        for (batch, task), change in self._collect_closed(repo, open_tasks, since, full,
-                                                          unread):
+        for (batch, task), change in self._collect_closed(repo, open_tasks, since, full, unread):
             changes[batch.batch_id][task.task_id] = change
         return self.gitea.listed_at
 
-    def _collect_closed(self, repo: str, open_tasks: dict[int, Owner],
-                        since: datetime | None, full: bool,
-                        unread: set[str]) -> Iterator[tuple[Owner, dict[str, Any]]]:
+    def _collect_closed(
+        self,
+        repo: str,
+        open_tasks: dict[int, Owner],
+        since: datetime | None,
+        full: bool,
+        unread: set[str],
+    ) -> Iterator[tuple[Owner, dict[str, Any]]]:
         seen: set[int] = set()
-        for issue in self.gitea.iter_issues(repo, state="all" if full else "closed",
-                                            labels=self.settings.task_label, since=since):
+        for issue in self.gitea.iter_issues(
+            repo, state="all" if full else "closed", labels=self.settings.task_label, since=since
+        ):
             seen.add(issue.number)
             owner = open_tasks.get(issue.number)
             if owner is not None and issue.state == "closed":
                 try:
                     yield owner, self.finish(repo, issue)
                 except ForgeError as exc:
-                    log.warning("batch %s: result of issue #%d unreadable, retried next "
-                                "cycle: %s", owner[0].batch_id, issue.number, exc)
+                    log.warning(
+                        "batch %s: result of issue #%d unreadable, retried next cycle: %s",
+                        owner[0].batch_id,
+                        issue.number,
+                        exc,
+                    )
                     unread.add(owner[0].batch_id)
         if full:
             for number, owner in open_tasks.items():
@@ -119,8 +142,7 @@ class Poller:
         try:
             issue = self.gitea.get_issue(repo, number)
         except ForgeNotFound:
-            return ended(TaskStatus.MISSING, "the issue was deleted before the lane "
-                         "finished it")
+            return ended(TaskStatus.MISSING, "the issue was deleted before the lane finished it")
         return self.finish(repo, issue) if issue.state == "closed" else None
 
     def finish(self, repo: str, issue: ForgeIssue) -> dict[str, Any]:
@@ -130,17 +152,22 @@ class Poller:
         except ForgeNotFound:
             return ended(TaskStatus.MISSING, "the issue was deleted")
         status, result = read_result(issue, comments, self.settings.label_results)
-        return {"status": TaskStatus(status), "result": result,
-                "finished_at": issue.closed_at or utcnow()}
+        return {
+            "status": TaskStatus(status),
+            "result": result,
+            "finished_at": issue.closed_at or utcnow(),
+        }
 
-    def refresh_progress(self, batch: BatchRecord, tasks: list[TaskRecord],
-                         polled_at: datetime | None) -> BatchRecord:
+    def refresh_progress(
+        self, batch: BatchRecord, tasks: list[TaskRecord], polled_at: datetime | None
+    ) -> BatchRecord:
         """Store the progress; a batch whose every task finished is settled `completed`."""
         done = sum(1 for t in tasks if t.status.is_finished)
         if done == len(tasks):
             log.info("batch %s: all %d tasks finished", batch.batch_id, done)
-            return self.settler.close(batch.batch_id, tasks, BatchStatus.COMPLETED,
-                                      polled_at=polled_at)
+            return self.settler.close(
+                batch.batch_id, tasks, BatchStatus.COMPLETED, polled_at=polled_at
+            )
         fields: dict[str, Any] = {"last_polled_at": polled_at}
         if done != batch.done:
             fields["done"] = done  # the index row is rewritten only when progress moved
@@ -154,5 +181,4 @@ def ended(status: TaskStatus, why: str) -> dict[str, Any]:
 
 def _applied(tasks: list[TaskRecord], changes: dict[str, dict[str, Any]]) -> list[TaskRecord]:
     """The tasks as they are after `changes` were stored."""
-    return [t.model_copy(update=changes[t.task_id]) if t.task_id in changes else t
-            for t in tasks]
+    return [t.model_copy(update=changes[t.task_id]) if t.task_id in changes else t for t in tasks]

@@ -18,8 +18,9 @@ def read_result(
     issue: ForgeIssue, comments: list[ForgeComment], label_results: dict[str, str]
 ) -> tuple[TaskStatus, TaskResult]:
     """Status from the labels, summary and details from the final comment."""
-    status = TaskStatus(next((label_results[n] for n in issue.labels if n in label_results),
-                             TaskStatus.CLOSED))
+    status = TaskStatus(
+        next((label_results[n] for n in issue.labels if n in label_results), TaskStatus.CLOSED)
+    )
     final = comments[-1].body if comments else ""
     details: Any = None
     fenced = _JSON_FENCE_RE.search(final)
@@ -46,14 +47,23 @@ def status_counts(tasks: list[TaskRecord], *, every_status: bool = False) -> dic
 def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
     """The report document for a finished batch (JSON-ready)."""
     report = Report(
-        batch_id=batch.batch_id, client_id=batch.client_id, batch_ref=batch.batch_ref,
+        batch_id=batch.batch_id,
+        client_id=batch.client_id,
+        batch_ref=batch.batch_ref,
         status=batch.status,
-        counts=status_counts(tasks), created_at=batch.created_at,
-        completed_at=batch.completed_at, charged=batch.charged, failure=batch.failure,
+        counts=status_counts(tasks),
+        created_at=batch.created_at,
+        completed_at=batch.completed_at,
+        charged=batch.charged,
+        failure=batch.failure,
         results=[
-            ReportResult(task_id=t.task_id, status=t.status, issue_url=t.issue_url,
-                         summary=t.result.summary if t.result else "",
-                         details=t.result.details if t.result else None)
+            ReportResult(
+                task_id=t.task_id,
+                status=t.status,
+                issue_url=t.issue_url,
+                summary=t.result.summary if t.result else "",
+                details=t.result.details if t.result else None,
+            )
             for t in tasks
         ],
     )

@@ -49,9 +49,12 @@ class Schedule:
         """Store the failure; returns why the batch must now fail, or None to retry."""
         batch = self.store.get_batch(batch_id)
         attempts = batch.attempts + 1
-        self.store.update_batch(batch_id, attempts=attempts, last_error=str(error),
-                                next_attempt_at=utcnow() + backoff(attempts, self.base,
-                                                                   self.cap))
+        self.store.update_batch(
+            batch_id,
+            attempts=attempts,
+            last_error=str(error),
+            next_attempt_at=utcnow() + backoff(attempts, self.base, self.cap),
+        )
         if is_permanent(error):
             return f"the forge refused the request: {error}"
         if attempts >= self.max_attempts:

@@ -53,13 +53,22 @@ class Service:
         except Timeout:
             raise AlreadyRunning(
                 f"another dropbox-eval run is using {self.settings.state_path} "
-                "(see `dropbox-eval status`)") from None
+                "(see `dropbox-eval status`)"
+            ) from None
         try:
             self._install_signal_handlers()
-            self._set_status(state="running", pid=os.getpid(), started_at=_now(),
-                             last_poll_at=None, last_error=None)
-            log.info("service started: inbox %s, outbox %s", self.settings.inbox_path,
-                     self.settings.outbox_path)
+            self._set_status(
+                state="running",
+                pid=os.getpid(),
+                started_at=_now(),
+                last_poll_at=None,
+                last_error=None,
+            )
+            log.info(
+                "service started: inbox %s, outbox %s",
+                self.settings.inbox_path,
+                self.settings.outbox_path,
+            )
             self._run_once() if once else self._run_forever()
         finally:
             self._set_status(state="stopped", stopped_at=_now())

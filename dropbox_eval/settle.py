@@ -20,8 +20,15 @@ class Settler:
         self.store = store
         self.billing = billing
 
-    def close(self, batch_id: str, tasks: list[TaskRecord], status: BatchStatus, *,
-              polled_at: datetime | None = None, failure: str | None = None) -> BatchRecord:
+    def close(
+        self,
+        batch_id: str,
+        tasks: list[TaskRecord],
+        status: BatchStatus,
+        *,
+        polled_at: datetime | None = None,
+        failure: str | None = None,
+    ) -> BatchRecord:
         """End a running batch: charge the tasks the lane finished, release the hold, set
         the final status and fix the report. Under the lock and only once: a batch that
         another process closed meanwhile is returned as it is."""
@@ -31,16 +38,27 @@ class Settler:
                 return current
             finished = sum(1 for t in tasks if t.status.is_lane_verdict)
             charged = finished * current.unit_price
-            self.store.settle(self.billing.settlement(current.client_id, batch_id,
-                                                      current.cost, charged))
-            fields = {"status": status, "completed_at": utcnow(), "charged": charged,
-                      "done": len(tasks), "failure": failure,
-                      "last_polled_at": polled_at or current.last_polled_at,
-                      "next_attempt_at": None}
+            self.store.settle(
+                self.billing.settlement(current.client_id, batch_id, current.cost, charged)
+            )
+            fields = {
+                "status": status,
+                "completed_at": utcnow(),
+                "charged": charged,
+                "done": len(tasks),
+                "failure": failure,
+                "last_polled_at": polled_at or current.last_polled_at,
+                "next_attempt_at": None,
+            }
             final = current.model_copy(update=fields)
             # the report is fixed in the same write: every later emit sends these bytes
-            closed = self.store.update_batch(batch_id, **fields,
-                                             report=build_report(final, tasks))
-        log.info("batch %s: %s; charged %d, released %d%s", batch_id, status, charged,
-                 current.cost - charged, f" ({failure})" if failure else "")
+            closed = self.store.update_batch(batch_id, **fields, report=build_report(final, tasks))
+        log.info(
+            "batch %s: %s; charged %d, released %d%s",
+            batch_id,
+            status,
+            charged,
+            current.cost - charged,
+            f" ({failure})" if failure else "",
+        )
         return closed

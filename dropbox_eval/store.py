@@ -80,8 +80,13 @@ class Store:
         self.keys_dir = state_dir / "keys"
         self.archive_dir = state_dir / "archive"
         self.leases_dir = state_dir / "leases"
-        for folder in (self.batches_dir, self.tasks_dir, self.keys_dir, self.archive_dir,
-                       self.leases_dir):
+        for folder in (
+            self.batches_dir,
+            self.tasks_dir,
+            self.keys_dir,
+            self.archive_dir,
+            self.leases_dir,
+        ):
             folder.mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(str(state_dir / "store.lock"))
         self._remove_stale_temp_files()
@@ -191,8 +196,10 @@ class Store:
             return False
         batch_id = entries[0].batch_id
         with self._index_change() as data:
-            if any(e.get("batch_id") == batch_id and e["kind"] == "release"
-                   for e in data["ledger"].values()):
+            if any(
+                e.get("batch_id") == batch_id and e["kind"] == "release"
+                for e in data["ledger"].values()
+            ):
                 return False
             for entry in entries:
                 _post(data, entry)
@@ -202,16 +209,17 @@ class Store:
         """The client's ledger (archived and live), oldest first."""
         with self._index() as db:
             rows = db.table("ledger").search(Query().client_id == client_id)
-        entries = {r["entry_id"]: r for r in self._archived("ledger") if r["client_id"] ==
-                   client_id}
+        entries = {
+            r["entry_id"]: r for r in self._archived("ledger") if r["client_id"] == client_id
+        }
         entries.update((r["entry_id"], r) for r in rows)
-        return sorted((LedgerEntry.model_validate(r) for r in entries.values()),
-                      key=lambda e: e.at)
+        return sorted((LedgerEntry.model_validate(r) for r in entries.values()), key=lambda e: e.at)
 
     # -- batches ------------------------------------------------------------------------
 
-    def create_batch(self, batch: BatchRecord, tasks: list[TaskRecord],
-                     hold: LedgerEntry | None = None) -> None:
+    def create_batch(
+        self, batch: BatchRecord, tasks: list[TaskRecord], hold: LedgerEntry | None = None
+    ) -> None:
         """Write the tasks (one write for all) and the batch record, then its index row and
         hold in one atomic write, then its duplicate keys.
 
@@ -286,12 +294,14 @@ class Store:
         with self._index_change() as data:
             if not any(r["batch_id"] == batch.batch_id for r in data["batches"].values()):
                 return  # archived already (a re-emit)
-            entries = {k: e for k, e in data["ledger"].items()
-                       if e.get("batch_id") == batch.batch_id}
+            entries = {
+                k: e for k, e in data["ledger"].items() if e.get("batch_id") == batch.batch_id
+            }
             _append_lines(self.archive_dir / "ledger.jsonl", list(entries.values()))
             _append_lines(self.archive_dir / "batches.jsonl", [_summary(batch)])
-            data["batches"] = {k: r for k, r in data["batches"].items()
-                               if r["batch_id"] != batch.batch_id}
+            data["batches"] = {
+                k: r for k, r in data["batches"].items() if r["batch_id"] != batch.batch_id
+            }
             data["ledger"] = {k: e for k, e in data["ledger"].items() if k not in entries}
         self._drop_lease(batch.batch_id)
 
@@ -313,8 +323,9 @@ class Store:
                 rows.append(json.loads(line))
         return rows
 
-    def list_batches(self, where: Callable[[dict[str, Any]], bool] | None = None, *,
-                     live_only: bool = False) -> list[dict[str, Any]]:
+    def list_batches(
+        self, where: Callable[[dict[str, Any]], bool] | None = None, *, live_only: bool = False
+    ) -> list[dict[str, Any]]:
         """Summary rows (batch_id, client_id, status, done, total, ...), oldest first.
 
         `live_only` reads only the index (batches not yet emitted): its cost does not grow
@@ -328,8 +339,9 @@ class Store:
         chosen = [r for r in rows.values() if where is None or where(r)]
         return sorted(chosen, key=lambda r: str(r["batch_id"]))
 
-    def find_batch(self, client_id: str, *, sha256: str | None = None,
-                   batch_ref: str | None = None) -> str | None:
+    def find_batch(
+        self, client_id: str, *, sha256: str | None = None, batch_ref: str | None = None
+    ) -> str | None:
         """The id of an earlier batch of this client with the same bytes or batch_ref."""
         for key in _keys(sha256, batch_ref):
             path = self.keys_dir / client_id / key
@@ -339,7 +351,8 @@ class Store:
         def same(row: dict[str, Any]) -> bool:
             return row["client_id"] == client_id and bool(
                 (sha256 and row.get("sha256") == sha256)
-                or (batch_ref and row.get("batch_ref") == batch_ref))
+                or (batch_ref and row.get("batch_ref") == batch_ref)
+            )
 
         found = self.list_batches(same, live_only=True)  # a crash before the keys were written
         return str(found[0]["batch_id"]) if found else None
@@ -348,9 +361,20 @@ class Store:
         for key in _keys(batch.sha256, batch.batch_ref):
             write_atomically(self.keys_dir / batch.client_id / key, batch.batch_id)
 
+
 _SUMMARY_FIELDS = (
-    "batch_id", "client_id", "batch_ref", "status", "total", "done", "repo", "sha256",
-    "source", "created_at", "completed_at", "emitted_at",
+    "batch_id",
+    "client_id",
+    "batch_ref",
+    "status",
+    "total",
+    "done",
+    "repo",
+    "sha256",
+    "source",
+    "created_at",
+    "completed_at",
+    "emitted_at",
 )
 
 
@@ -393,9 +417,15 @@ def _post(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
         if client["client_id"] == entry.client_id:
             client["balance"] += entry.amount
             client["held"] = client.get("held", 0) + entry.held_change
-            _insert(data["ledger"], {**_dump(entry), "balance_after": client["balance"],
-                                     "held_after": client["held"],
-                                     "at": utcnow().isoformat()})
+            _insert(
+                data["ledger"],
+                {
+                    **_dump(entry),
+                    "balance_after": client["balance"],
+                    "held_after": client["held"],
+                    "at": utcnow().isoformat(),
+                },
+            )
             return
     raise StoreError(f"ledger entry for unknown client {entry.client_id!r}")
 

@@ -12,8 +12,9 @@ import uvicorn
 class BackgroundServer:
     """Serve `app` on host:port (0 = any free port) until `stop`."""
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0,
-                 name: str = "http-server") -> None:
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, name: str = "http-server"
+    ) -> None:
         self.app = app
         self.host = host
         self.port = port
@@ -28,8 +29,9 @@ class BackgroundServer:
 
     def start(self, timeout: float = 10.0) -> str:
         """Start serving and wait until the socket is bound; returns the URL."""
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning",
-                                access_log=False)
+        config = uvicorn.Config(
+            self.app, host=self.host, port=self.port, log_level="warning", access_log=False
+        )
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, name=self.name, daemon=True)
         thread.start()

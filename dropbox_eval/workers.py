@@ -56,8 +56,7 @@ def guarded(what: str, report: Report, step: Callable[..., Any], *args: Any) -> 
 class InboxWorker:
     """Ready files -> intake, several at a time."""
 
-    def __init__(self, app: App, stop: threading.Event, report: Report, *,
-                 polling: bool) -> None:
+    def __init__(self, app: App, stop: threading.Event, report: Report, *, polling: bool) -> None:
         self.app = app
         self.stop = stop
         self.report = report
@@ -70,9 +69,13 @@ class InboxWorker:
 
     def run(self) -> None:
         """Watch and take files until stopped."""
-        watcher = InboxWatcher(self.app.inbox.root, self.offer, self.wake,
-                               on_renamed=lambda path: self.offer(path, renamed=True),
-                               polling=self.polling)
+        watcher = InboxWatcher(
+            self.app.inbox.root,
+            self.offer,
+            self.wake,
+            on_renamed=lambda path: self.offer(path, renamed=True),
+            polling=self.polling,
+        )
         watcher.start()
         try:
             self.rescan()

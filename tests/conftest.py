@@ -29,10 +29,18 @@ def forge() -> Iterator[SandboxForge]:
 @pytest.fixture
 def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
     """Settings rooted in a tmp folder, pointing at the sandbox forge."""
-    return load_settings(home=tmp_path, gitea_url=forge.url, gitea_token=forge.token,
-                         owner=forge.user, quiet_period=0.1, poll_interval=0.2, task_price=2,
-                         retry_base=0.2, retry_cap=2.0,
-                         callback_allow="127.0.0.1")
+    return load_settings(
+        home=tmp_path,
+        gitea_url=forge.url,
+        gitea_token=forge.token,
+        owner=forge.user,
+        quiet_period=0.1,
+        poll_interval=0.2,
+        task_price=2,
+        retry_base=0.2,
+        retry_cap=2.0,
+        callback_allow="127.0.0.1",
+    )
 
 
 @pytest.fixture
@@ -60,8 +68,15 @@ def funded(app: App) -> str:
 
 def tasks(count: int, prefix: str = "t") -> list[dict[str, Any]]:
     """A list of simple task specs."""
-    return [{"task_id": f"{prefix}{i}", "title": f"Task {i}", "body": f"Do thing {i}.",
-             "acceptance": [f"thing {i} done"]} for i in range(1, count + 1)]
+    return [
+        {
+            "task_id": f"{prefix}{i}",
+            "title": f"Task {i}",
+            "body": f"Do thing {i}.",
+            "acceptance": [f"thing {i} done"],
+        }
+        for i in range(1, count + 1)
+    ]
 
 
 @dataclass

@@ -33,12 +33,18 @@ def keys(app: App) -> dict[str, str]:
 
 
 def _call(api: str, key: str, method: str, path: str, **kwargs: Any) -> requests.Response:
-    return requests.request(method, f"{api}/api/eval/batches{path}", timeout=30,
-                            headers={"Authorization": f"Bearer {key}"}, **kwargs)
+    return requests.request(
+        method,
+        f"{api}/api/eval/batches{path}",
+        timeout=30,
+        headers={"Authorization": f"Bearer {key}"},
+        **kwargs,
+    )
 
 
-def test_submit_get_list_emit_cancel(api: str, keys: dict[str, str], app: App,
-                                     forge: SandboxForge) -> None:
+def test_submit_get_list_emit_cancel(
+    api: str, keys: dict[str, str], app: App, forge: SandboxForge
+) -> None:
     created = _call(api, keys["acme"], "POST", "", json={"batch_ref": "r1", "tasks": tasks(2)})
     assert created.status_code == 201, created.text
     batch_id = created.json()["batch_id"]
@@ -61,8 +67,9 @@ def test_submit_get_list_emit_cancel(api: str, keys: dict[str, str], app: App,
     assert (app.settings.outbox_path / f"{batch_id}.json").exists()
 
 
-def test_unfunded_is_402_and_makes_no_forge_request(api: str, keys: dict[str, str],
-                                                    forge: SandboxForge) -> None:
+def test_unfunded_is_402_and_makes_no_forge_request(
+    api: str, keys: dict[str, str], forge: SandboxForge
+) -> None:
     forge.clear_requests()
     answer = _call(api, keys["poor"], "POST", "", json={"tasks": tasks(3)})
     assert answer.status_code == 402
@@ -72,8 +79,11 @@ def test_unfunded_is_402_and_makes_no_forge_request(api: str, keys: dict[str, st
 
 def test_clients_are_isolated_and_keys_required(api: str, keys: dict[str, str]) -> None:
     batch_id = _call(api, keys["acme"], "POST", "", json={"tasks": tasks(1)}).json()["batch_id"]
-    for method, path in (("GET", f"/{batch_id}"), ("POST", f"/{batch_id}/emit"),
-                         ("POST", f"/{batch_id}/cancel")):
+    for method, path in (
+        ("GET", f"/{batch_id}"),
+        ("POST", f"/{batch_id}/emit"),
+        ("POST", f"/{batch_id}/cancel"),
+    ):
         assert _call(api, keys["poor"], method, path).status_code == 404
     assert _call(api, keys["poor"], "GET", "").json() == []
     assert _call(api, "wrong", "GET", "").status_code == 401
@@ -83,8 +93,9 @@ def test_clients_are_isolated_and_keys_required(api: str, keys: dict[str, str]) 
 
 
 def test_invalid_batch_names_the_field(api: str, keys: dict[str, str]) -> None:
-    answer = _call(api, keys["acme"], "POST", "",
-                   json={"tasks": [{"task_id": "../x", "title": "t"}]})
+    answer = _call(
+        api, keys["acme"], "POST", "", json={"tasks": [{"task_id": "../x", "title": "t"}]}
+    )
     assert answer.status_code == 422
     assert answer.json()["reason"] == "invalid_batch"
     assert answer.json()["field"] == "tasks.0.task_id"
@@ -99,8 +110,9 @@ def test_api_has_no_server_errors(api: str, keys: dict[str, str]) -> None:
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         def no_server_error(case: Any) -> None:
             case.call_and_validate(headers=auth, checks=[not_a_server_error])
 

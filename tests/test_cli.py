@@ -19,8 +19,16 @@ def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch):  
         if key.startswith("SAAS_EVAL_"):
             monkeypatch.delenv(key)
     runner = CliRunner()
-    base = ["--home", str(tmp_path), "--gitea-url", forge.url, "--gitea-token", forge.token,
-            "--owner", forge.user]
+    base = [
+        "--home",
+        str(tmp_path),
+        "--gitea-url",
+        forge.url,
+        "--gitea-token",
+        forge.token,
+        "--owner",
+        forge.user,
+    ]
 
     def invoke(*args: str):  # type: ignore[no-untyped-def]
         return runner.invoke(main, [*base, *args], catch_exceptions=False)
@@ -39,8 +47,11 @@ def test_clients_add_fund_show_keep_a_ledger(cli) -> None:  # type: ignore[no-un
     assert cli("clients", "add", "acme").exit_code == 1
 
 
-def test_submit_batches_batch_poll_emit(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                        forge: SandboxForge) -> None:
+def test_submit_batches_batch_poll_emit(
+    cli,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    forge: SandboxForge,
+) -> None:
     cli("clients", "add", "acme", "--credits", "10")
     source = tmp_path / "elsewhere" / "b.json"
     source.parent.mkdir()
@@ -52,8 +63,7 @@ def test_submit_batches_batch_poll_emit(cli, tmp_path: Path,  # type: ignore[no-
     assert source.exists()  # the original stays where it was; a copy went through the inbox
     assert (tmp_path / "inbox" / "accepted" / "b.json").read_bytes() == source.read_bytes()
     listed = json.loads(cli("batches", "--json").output)
-    assert [(r["batch_id"], r["status"], r["total"]) for r in listed] == [
-        (batch_id, "running", 2)]
+    assert [(r["batch_id"], r["status"], r["total"]) for r in listed] == [(batch_id, "running", 2)]
     assert "running" in cli("batches").output
     assert cli("emit", batch_id).exit_code == 1
     owner, name = json.loads(cli("batch", batch_id, "--json").output)["repo"].split("/")
@@ -87,8 +97,11 @@ def test_status_reports_not_running(cli) -> None:  # type: ignore[no-untyped-def
     assert json.loads(result.output)["running"] is False
 
 
-def test_watch_follows_until_the_batch_ends(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                            forge: SandboxForge) -> None:
+def test_watch_follows_until_the_batch_ends(
+    cli,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    forge: SandboxForge,
+) -> None:
     cli("clients", "add", "acme", "--credits", "10")
     source = tmp_path / "w.json"
     source.write_text(json.dumps({"client_id": "acme", "tasks": tasks(2)}))

@@ -41,8 +41,11 @@ def test_ensure_label_and_repo_are_idempotent(client: GiteaClient, forge: Sandbo
     assert client.ensure_repo(repo) == url
     first = client.ensure_label(repo, "eval-task", "#abc")
     assert client.ensure_label(repo, "eval-task", "#abc") == first
-    listed = requests.get(f"{forge.url}/api/v1/repos/{repo}/labels",
-                          headers={"Authorization": f"token {forge.token}"}, timeout=5).json()
+    listed = requests.get(
+        f"{forge.url}/api/v1/repos/{repo}/labels",
+        headers={"Authorization": f"token {forge.token}"},
+        timeout=5,
+    ).json()
     assert [lab["id"] for lab in listed if lab["name"] == "eval-task"] == [first]
 
 
@@ -51,15 +54,17 @@ def test_org_repo_is_created_under_the_org(client: GiteaClient, forge: SandboxFo
     assert url.endswith("/evalorg/shared")
 
 
-def test_retries_503_honouring_retry_after(client: GiteaClient, forge: SandboxForge,
-                                           sleeps: list[float]) -> None:
+def test_retries_503_honouring_retry_after(
+    client: GiteaClient, forge: SandboxForge, sleeps: list[float]
+) -> None:
     forge.fail_next(2, 503, retry_after=7)
     assert client.version()
     assert sleeps == [7.0, 7.0]
 
 
-def test_gives_up_after_attempts(client: GiteaClient, forge: SandboxForge,
-                                 sleeps: list[float]) -> None:
+def test_gives_up_after_attempts(
+    client: GiteaClient, forge: SandboxForge, sleeps: list[float]
+) -> None:
     forge.fail_next(10, 502)
     with pytest.raises(ForgeRetryable) as caught:
         client.login()
@@ -67,8 +72,9 @@ def test_gives_up_after_attempts(client: GiteaClient, forge: SandboxForge,
     assert len(sleeps) == 3 and all(0 < s <= 30 for s in sleeps)
 
 
-def test_create_is_not_retried_blindly(client: GiteaClient, forge: SandboxForge,
-                                       sleeps: list[float]) -> None:
+def test_create_is_not_retried_blindly(
+    client: GiteaClient, forge: SandboxForge, sleeps: list[float]
+) -> None:
     repo = f"{forge.user}/once"
     client.ensure_repo(repo)
     forge.fail_next(1, 500, path_contains="/issues")

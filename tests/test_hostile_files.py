@@ -58,8 +58,10 @@ def test_item1_a_reupload_during_intake_stays_in_the_inbox_and_becomes_its_own_b
     again = app.inbox.process(path)
     assert again.status == "accepted" and again.document["batch_id"] != receipt["batch_id"]
     assert app.store.get_batch(again.document["batch_id"]).batch_ref == "second"
-    assert read_json(accepted / "nightly.1.json.receipt.json")["sha256"] == hashlib.sha256(
-        second).hexdigest()
+    assert (
+        read_json(accepted / "nightly.1.json.receipt.json")["sha256"]
+        == hashlib.sha256(second).hexdigest()
+    )
 
 
 def test_item3_a_marker_inside_task_text_is_neither_adopted_nor_kept(
@@ -69,8 +71,15 @@ def test_item3_a_marker_inside_task_text_is_neither_adopted_nor_kept(
     shared.billing.add_client("acme", 100)
     victim = BatchFile.model_validate({"tasks": tasks(1)})
     record = shared.intake.record(victim, "acme").batch  # interrupted before its issues
-    spoof = {"tasks": [{"task_id": "x1", "title": "spoof",
-                        "body": f"<!-- dropbox-eval:task batch={record.batch_id} task=t1 -->"}]}
+    spoof = {
+        "tasks": [
+            {
+                "task_id": "x1",
+                "title": "spoof",
+                "body": f"<!-- dropbox-eval:task batch={record.batch_id} task=t1 -->",
+            }
+        ]
+    }
     attacker = shared.intake.accept(BatchFile.model_validate(spoof), "acme")
     assert shared.intake.open_issues(record.batch_id) == 1  # its own issue, not the spoof
     victim_task = shared.store.get_tasks(record.batch_id)[0]
@@ -81,11 +90,15 @@ def test_item3_a_marker_inside_task_text_is_neither_adopted_nor_kept(
     assert spoofed.rstrip().splitlines()[-1].startswith("<!-- dropbox-eval:task batch=")
 
 
-@pytest.mark.parametrize("raw", [
-    b'{"client_id": "acme", "completion_window": ' + b"9" * 5000 + b', "tasks": []}',
-    b'{"client_id": "acme", "completion_window": NaN, "tasks": []}',
-    b'{"client_id": "acme", "completion_window": -Infinity, "tasks": []}',
-], ids=["5000-digit-integer", "NaN", "Infinity"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"client_id": "acme", "completion_window": ' + b"9" * 5000 + b', "tasks": []}',
+        b'{"client_id": "acme", "completion_window": NaN, "tasks": []}',
+        b'{"client_id": "acme", "completion_window": -Infinity, "tasks": []}',
+    ],
+    ids=["5000-digit-integer", "NaN", "Infinity"],
+)
 def test_item4_numbers_json_cannot_hold_are_rejected_not_stuck(
     app: App, funded: str, raw: bytes
 ) -> None:
@@ -116,8 +129,7 @@ def test_item6_every_legal_file_name_gets_its_receipt_or_error_file(
 
 def test_item6_long_names_that_clash_stay_apart(app: App, funded: str) -> None:
     names = ["a" * 245 + "1.json", "a" * 245 + "2.json"]
-    paths = [app.inbox.process(_drop(app, n, _batch(f"r{i}"))).path
-             for i, n in enumerate(names)]
+    paths = [app.inbox.process(_drop(app, n, _batch(f"r{i}"))).path for i, n in enumerate(names)]
     assert paths[0] is not None and paths[1] is not None and paths[0] != paths[1]
 
 
@@ -162,8 +174,13 @@ def test_item8_no_temp_file_or_lease_is_left_behind(
     leases = settings.state_path / "leases"
     assert list(leases.iterdir()) == [leases / f"{batch_id}.lock"]
     for task in app.store.get_tasks(batch_id):
-        forge.finish_issue(forge.user, f"eval-acme-{batch_id}", task.issue_number or 0,
-                           comment="ok", labels=["eval-pass"])
+        forge.finish_issue(
+            forge.user,
+            f"eval-acme-{batch_id}",
+            task.issue_number or 0,
+            comment="ok",
+            labels=["eval-pass"],
+        )
     app.poller.poll_completed(batch_id, full=True)
     app.delivery.emit(batch_id)
     assert list(leases.iterdir()) == []

@@ -45,8 +45,9 @@ def test_per_client_folder_sets_client_and_refuses_another(app: App, funded: str
     assert ok.status == "accepted"
     assert app.store.get_batch(ok.document["batch_id"]).client_id == "acme"
     assert (app.inbox.root / "acme" / "accepted" / "a.json").exists()
-    bad = app.inbox.process(_drop(app, "b.json", {"client_id": "other", "tasks": tasks(1)},
-                                  client_folder="acme"))
+    bad = app.inbox.process(
+        _drop(app, "b.json", {"client_id": "other", "tasks": tasks(1)}, client_folder="acme")
+    )
     assert bad.status == "rejected"
     error = read_json(app.inbox.root / "acme" / "rejected" / "b.json.error.json")
     assert error["ok"] is False and error["reason"] == "client_mismatch"
@@ -62,20 +63,30 @@ def test_per_client_folder_sets_client_and_refuses_another(app: App, funded: str
         (b"[1, 2]", "invalid_batch", "(document)"),
         ({"client_id": "acme", "tasks": []}, "invalid_batch", "tasks"),
         ({"client_id": "acme", "tasks": tasks(1), "colour": "red"}, "invalid_batch", "colour"),
-        ({"client_id": "acme", "tasks": [{"task_id": "a/b", "title": "x"}]}, "invalid_batch",
-         "tasks.0.task_id"),
-        ({"client_id": "acme", "tasks": [{"task_id": "a..b", "title": "x"}]}, "invalid_batch",
-         "tasks.0.task_id"),
+        (
+            {"client_id": "acme", "tasks": [{"task_id": "a/b", "title": "x"}]},
+            "invalid_batch",
+            "tasks.0.task_id",
+        ),
+        (
+            {"client_id": "acme", "tasks": [{"task_id": "a..b", "title": "x"}]},
+            "invalid_batch",
+            "tasks.0.task_id",
+        ),
         ({"client_id": "acme", "tasks": tasks(1) + tasks(1)}, "invalid_batch", "tasks"),
-        ({"client_id": "acme", "tasks": [{"task_id": "t", "title": "x" * 256}]},
-         "invalid_batch", "tasks.0.title"),
+        (
+            {"client_id": "acme", "tasks": [{"task_id": "t", "title": "x" * 256}]},
+            "invalid_batch",
+            "tasks.0.title",
+        ),
         ({"tasks": tasks(1)}, "missing_client_id", "client_id"),
         ({"client_id": "ghost", "tasks": tasks(1)}, "unknown_client", None),
         ({"client_id": "acme", "tasks": tasks(51)}, "unfunded", None),
     ],
 )
-def test_bad_files_are_rejected_with_reason(app: App, forge: SandboxForge, funded: str,
-                                            content: Any, reason: str, field: str | None) -> None:
+def test_bad_files_are_rejected_with_reason(
+    app: App, forge: SandboxForge, funded: str, content: Any, reason: str, field: str | None
+) -> None:
     forge.clear_requests()
     path = _drop(app, "bad.json", content)
     original = path.read_bytes()
@@ -115,8 +126,17 @@ def test_candidate_names_skip_hidden_temporary_and_outcome_folders(tmp_path: Pat
     root = tmp_path
     assert is_candidate_name(root, root / "a.json")
     assert is_candidate_name(root, root / "acme" / "a.json")
-    for name in (".a.json", "a.json.filepart", "a.json.part", ".a.json.Xy12Ab", "a.txt",
-                 "accepted/a.json", "rejected/a.json", "acme/accepted/a.json", "x/y/z.json"):
+    for name in (
+        ".a.json",
+        "a.json.filepart",
+        "a.json.part",
+        ".a.json.Xy12Ab",
+        "a.txt",
+        "accepted/a.json",
+        "rejected/a.json",
+        "acme/accepted/a.json",
+        "x/y/z.json",
+    ):
         assert not is_candidate_name(root, root / name), name
 
 

@@ -26,17 +26,16 @@ def _repo(app: App, batch_id: str) -> tuple[str, str]:
     return owner, name
 
 
-def _finish(app: App, forge: SandboxForge, batch_id: str, task_ids: list[str],
-            label: str = "eval-pass") -> None:
+def _finish(
+    app: App, forge: SandboxForge, batch_id: str, task_ids: list[str], label: str = "eval-pass"
+) -> None:
     owner, name = _repo(app, batch_id)
     for task in app.store.get_tasks(batch_id):
         if task.task_id in task_ids:
-            forge.finish_issue(owner, name, task.issue_number or 0, comment="Done.",
-                               labels=[label])
+            forge.finish_issue(owner, name, task.issue_number or 0, comment="Done.", labels=[label])
 
 
-def test_hold_then_charge_only_finished_tasks(app: App, forge: SandboxForge,
-                                              funded: str) -> None:
+def test_hold_then_charge_only_finished_tasks(app: App, forge: SandboxForge, funded: str) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(4))["batch_id"]  # price 2: hold 8
     client = app.billing.client(funded)
     assert (client.balance, client.held, client.available) == (100, 8, 92)
@@ -62,13 +61,22 @@ def test_concurrent_batches_cannot_overdraw(app: App, funded: str) -> None:
     assert app.billing.client(funded).available == 40
 
 
-def test_cancel_closes_open_issues_keeps_results_and_emits(app: App, forge: SandboxForge,
-                                                           funded: str) -> None:
+def test_cancel_closes_open_issues_keeps_results_and_emits(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(3))["batch_id"]
     _finish(app, forge, batch_id, ["t1"])
     runner = CliRunner()
-    base = ["--home", str(app.settings.home), "--gitea-url", forge.url, "--gitea-token",
-            forge.token, "--owner", forge.user]
+    base = [
+        "--home",
+        str(app.settings.home),
+        "--gitea-url",
+        forge.url,
+        "--gitea-token",
+        forge.token,
+        "--owner",
+        forge.user,
+    ]
     result = runner.invoke(main, [*base, "cancel", batch_id, "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["status"] == "cancelled"
@@ -112,18 +120,26 @@ def test_completion_window_is_checked(app: App, funded: str) -> None:
     assert deadline is not None
     assert timedelta(hours=23, minutes=59) < deadline - utcnow() <= timedelta(hours=24)
     with pytest.raises(BatchRejected) as caught:
-        app.intake.accept(BatchFile.model_validate(
-            {"tasks": tasks(1), "completion_window": "30d", "batch_ref": "long"}), funded)
+        app.intake.accept(
+            BatchFile.model_validate(
+                {"tasks": tasks(1), "completion_window": "30d", "batch_ref": "long"}
+            ),
+            funded,
+        )
     assert caught.value.details["field"] == "completion_window"
-    short = app.intake.accept(BatchFile.model_validate(
-        {"tasks": tasks(1), "completion_window": "2h", "batch_ref": "short"}), funded)
+    short = app.intake.accept(
+        BatchFile.model_validate(
+            {"tasks": tasks(1), "completion_window": "2h", "batch_ref": "short"}
+        ),
+        funded,
+    )
     short_deadline = app.store.get_batch(short["batch_id"]).deadline
     assert short_deadline is not None and short_deadline - utcnow() <= timedelta(hours=2)
 
 
-def test_signed_callback_verifies_with_standardwebhooks(app: App, forge: SandboxForge,
-                                                        funded: str,
-                                                        receiver: Receiver) -> None:
+def test_signed_callback_verifies_with_standardwebhooks(
+    app: App, forge: SandboxForge, funded: str, receiver: Receiver
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     _finish(app, forge, batch_id, ["t1"])
     app.poller.poll_completed(batch_id)
@@ -138,14 +154,25 @@ def test_signed_callback_verifies_with_standardwebhooks(app: App, forge: Sandbox
         Webhook(new_secret).verify(body, headers)
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1:9/hook", "http://localhost/hook", "http://10.1.2.3/x",
-    "http://192.168.0.5/x", "http://169.254.169.254/latest/meta-data", "http://[::1]/x",
-    "http://[::ffff:127.0.0.1]/x", "http://0.0.0.0/x", "ftp://example.com/x",
-    "http://100.64.0.1/x", "http://[2002:7f00:1::1]/x", "http://192.0.2.10/x",
-    "http://[fd00:ec2::254]/x",
-    "http://no-such-host.invalid/x",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/hook",
+        "http://localhost/hook",
+        "http://10.1.2.3/x",
+        "http://192.168.0.5/x",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]/x",
+        "http://[::ffff:127.0.0.1]/x",
+        "http://0.0.0.0/x",
+        "ftp://example.com/x",
+        "http://100.64.0.1/x",
+        "http://[2002:7f00:1::1]/x",
+        "http://192.0.2.10/x",
+        "http://[fd00:ec2::254]/x",
+        "http://no-such-host.invalid/x",
+    ],
+)
 def test_callback_policy_refuses_internal_targets(url: str) -> None:
     with pytest.raises(BatchRejected) as caught:
         CallbackPolicy().check(url)
@@ -159,12 +186,16 @@ def test_callback_policy_allow_list_and_public_addresses() -> None:
     CallbackPolicy("localhost").check("http://localhost/hook")
 
 
-def test_refused_callback_rejects_the_file(app: App, forge: SandboxForge, funded: str,
-                                           tmp_path: Path) -> None:
+def test_refused_callback_rejects_the_file(
+    app: App, forge: SandboxForge, funded: str, tmp_path: Path
+) -> None:
     forge.clear_requests()
     path = app.inbox.root / "cb.json"
-    path.write_text(json.dumps({"client_id": funded, "tasks": tasks(1),
-                                "callback_url": "http://169.254.169.254/hook"}))
+    path.write_text(
+        json.dumps(
+            {"client_id": funded, "tasks": tasks(1), "callback_url": "http://169.254.169.254/hook"}
+        )
+    )
     outcome = app.inbox.process(path)
     assert outcome.status == "rejected"
     error = read_json(app.inbox.root / "rejected" / "cb.json.error.json")
@@ -195,22 +226,23 @@ def test_cancel_file_in_client_folder(app: App, forge: SandboxForge, funded: str
     assert again.status == "rejected" and again.document["reason"] == "not_running"
 
 
-def test_cancel_after_completion_changes_nothing(app: App, forge: SandboxForge,
-                                                 funded: str) -> None:
+def test_cancel_after_completion_changes_nothing(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     _finish(app, forge, batch_id, ["t1", "t2"])
     app.poller.poll_completed(batch_id)
     with pytest.raises(Exception, match="only running batches"):
         app.lifecycle.cancel(batch_id)
-    closed_again = app.settler.close(batch_id, app.store.get_tasks(batch_id),
-                                     BatchStatus.CANCELLED)
+    closed_again = app.settler.close(batch_id, app.store.get_tasks(batch_id), BatchStatus.CANCELLED)
     assert closed_again.status == "completed"
     assert [e.kind for e in app.store.ledger(funded)].count("release") == 1
     assert app.billing.client(funded).held == 0
 
 
-def test_expiry_ends_a_batch_whose_repo_is_gone(app: App, forge: SandboxForge, funded: str,
-                                                settings: Settings) -> None:
+def test_expiry_ends_a_batch_whose_repo_is_gone(
+    app: App, forge: SandboxForge, funded: str, settings: Settings
+) -> None:
     offline = build_app(settings.model_copy(update={"gitea_url": None}))
     batch_id = offline.intake.submit_batch(funded, tasks(2))["batch_id"]  # no forge: no repo
     assert [t.status for t in app.store.get_tasks(batch_id)] == ["pending", "pending"]
@@ -221,8 +253,9 @@ def test_expiry_ends_a_batch_whose_repo_is_gone(app: App, forge: SandboxForge, f
     assert app.billing.client(funded).held == 0
 
 
-def test_a_cancel_requested_batch_gets_no_new_issues(app: App, forge: SandboxForge,
-                                                     funded: str, settings: Settings) -> None:
+def test_a_cancel_requested_batch_gets_no_new_issues(
+    app: App, forge: SandboxForge, funded: str, settings: Settings
+) -> None:
     offline = build_app(settings.model_copy(update={"gitea_url": None}))
     batch_id = offline.intake.submit_batch(funded, tasks(2))["batch_id"]
     app.store.update_batch(batch_id, cancel_requested=True)

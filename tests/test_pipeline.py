@@ -27,8 +27,9 @@ def _finish_all(app: App, forge: SandboxForge, batch_id: str, label: str = "eval
         forge.finish_issue(owner, name, task.issue_number, comment=VERDICT, labels=[label])
 
 
-def test_funded_batch_creates_one_labelled_issue_per_task(app: App, forge: SandboxForge,
-                                                          funded: str) -> None:
+def test_funded_batch_creates_one_labelled_issue_per_task(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     result = app.intake.submit_batch(funded, tasks(3))
     assert result["ok"] is True
     batch_id = result["batch_id"]
@@ -48,8 +49,9 @@ def test_funded_batch_creates_one_labelled_issue_per_task(app: App, forge: Sandb
     assert (client.balance, client.held, client.available) == (100, 6, 94)
 
 
-def test_unfunded_batch_is_rejected_without_any_forge_request(app: App,
-                                                              forge: SandboxForge) -> None:
+def test_unfunded_batch_is_rejected_without_any_forge_request(
+    app: App, forge: SandboxForge
+) -> None:
     app.billing.add_client("poor", 1)
     forge.clear_requests()
     result = app.intake.submit_batch("poor", tasks(2))
@@ -61,15 +63,22 @@ def test_unfunded_batch_is_rejected_without_any_forge_request(app: App,
     assert app.billing.client("poor").balance == 1
 
 
-def test_poll_stores_results_of_closed_issues_and_skips_open(app: App, forge: SandboxForge,
-                                                              funded: str) -> None:
+def test_poll_stores_results_of_closed_issues_and_skips_open(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(3))["batch_id"]
     owner, name = _repo(app, batch_id)
     by_task = {t.task_id: t for t in app.store.get_tasks(batch_id)}
-    forge.finish_issue(owner, name, by_task["t1"].issue_number or 0, comment=VERDICT,
-                       labels=["eval-pass"])
-    forge.finish_issue(owner, name, by_task["t2"].issue_number or 0,
-                       comment="Broken.\n\nstack trace", labels=["eval-fail"])
+    forge.finish_issue(
+        owner, name, by_task["t1"].issue_number or 0, comment=VERDICT, labels=["eval-pass"]
+    )
+    forge.finish_issue(
+        owner,
+        name,
+        by_task["t2"].issue_number or 0,
+        comment="Broken.\n\nstack trace",
+        labels=["eval-fail"],
+    )
     finished = app.poller.poll_completed(batch_id)
     assert sorted(finished) == ["t1", "t2"]
     after = {t.task_id: t for t in app.store.get_tasks(batch_id)}
@@ -85,7 +94,8 @@ def test_poll_stores_results_of_closed_issues_and_skips_open(app: App, forge: Sa
 
 
 def test_closed_without_verdict_label_is_closed_and_deleted_issue_is_missing(
-        app: App, forge: SandboxForge, funded: str) -> None:
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     owner, name = _repo(app, batch_id)
     first, second = app.store.get_tasks(batch_id)
@@ -97,8 +107,9 @@ def test_closed_without_verdict_label_is_closed_and_deleted_issue_is_missing(
     assert app.store.get_batch(batch_id).status == "completed"
 
 
-def test_emit_posts_full_report_with_retries(app: App, forge: SandboxForge, funded: str,
-                                             receiver: Receiver, sleeps: list[float]) -> None:
+def test_emit_posts_full_report_with_retries(
+    app: App, forge: SandboxForge, funded: str, receiver: Receiver, sleeps: list[float]
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
     app.poller.poll_completed(batch_id)
@@ -119,8 +130,9 @@ def test_emit_posts_full_report_with_retries(app: App, forge: SandboxForge, fund
     assert not (app.settings.outbox_path / f"{batch_id}.json").exists()
 
 
-def test_emit_without_callback_writes_outbox_file(app: App, forge: SandboxForge,
-                                                  funded: str) -> None:
+def test_emit_without_callback_writes_outbox_file(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     _finish_all(app, forge, batch_id, label="eval-fail")
     app.poller.poll_completed(batch_id)
@@ -130,8 +142,9 @@ def test_emit_without_callback_writes_outbox_file(app: App, forge: SandboxForge,
     assert list(app.settings.outbox_path.glob(".*.tmp")) == []
 
 
-def test_batch_is_emitted_only_after_all_tasks_are_done(app: App, forge: SandboxForge,
-                                                        funded: str) -> None:
+def test_batch_is_emitted_only_after_all_tasks_are_done(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     owner, name = _repo(app, batch_id)
     first = app.store.get_tasks(batch_id)[0]
@@ -149,7 +162,8 @@ def test_batch_is_emitted_only_after_all_tasks_are_done(app: App, forge: Sandbox
 
 
 def test_re_emit_is_idempotent_and_force_sends_identical_payload(
-        app: App, forge: SandboxForge, funded: str, receiver: Receiver) -> None:
+    app: App, forge: SandboxForge, funded: str, receiver: Receiver
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
     app.poller.poll_completed(batch_id)
@@ -163,8 +177,9 @@ def test_re_emit_is_idempotent_and_force_sends_identical_payload(
     assert receiver.received[0][0]["webhook-id"] == receiver.received[1][0]["webhook-id"]
 
 
-def test_undeliverable_report_is_kept_and_scheduled(app: App, forge: SandboxForge, funded: str,
-                                                    receiver: Receiver) -> None:
+def test_undeliverable_report_is_kept_and_scheduled(
+    app: App, forge: SandboxForge, funded: str, receiver: Receiver
+) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
     app.poller.poll_completed(batch_id)
@@ -186,8 +201,9 @@ def test_undeliverable_report_is_kept_and_scheduled(app: App, forge: SandboxForg
     assert receiver.received[0][1] == receiver.received[-1][1]
 
 
-def test_interrupted_intake_resumes_without_duplicates(app: App, forge: SandboxForge,
-                                                       funded: str) -> None:
+def test_interrupted_intake_resumes_without_duplicates(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     forge.fail_next(1, 502, path_contains="/issues")
     result = app.intake.submit_batch(funded, tasks(6))
     batch_id = result["batch_id"]

@@ -10,24 +10,28 @@ from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 
 
-def test_shared_repo_costs_one_request_per_idle_cycle(settings: Settings,
-                                                      forge: SandboxForge) -> None:
+def test_shared_repo_costs_one_request_per_idle_cycle(
+    settings: Settings, forge: SandboxForge
+) -> None:
     app = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
     app.billing.add_client("acme", 100)
-    ids = [app.intake.submit_batch("acme", tasks(4), batch_ref=f"r{i}")["batch_id"]
-           for i in range(3)]
+    ids = [
+        app.intake.submit_batch("acme", tasks(4), batch_ref=f"r{i}")["batch_id"] for i in range(3)
+    ]
     service = Service(app)
     service.poll_cycle()  # the first cycle is a full one
     forge.clear_requests()
     service.poll_cycle()
     idle = forge.requests
-    assert [(r.method, r.path) for r in idle] == [("GET", f"/api/v1/repos/{forge.user}/shared"
-                                                          "/issues")]
+    assert [(r.method, r.path) for r in idle] == [
+        ("GET", f"/api/v1/repos/{forge.user}/shared/issues")
+    ]
     assert "since=" in idle[0].query and "state=closed" in idle[0].query
     finished = [app.store.get_tasks(ids[0])[0], app.store.get_tasks(ids[2])[3]]
     for task in finished:
-        forge.finish_issue(forge.user, "shared", task.issue_number or 0, comment="ok",
-                           labels=["eval-pass"])
+        forge.finish_issue(
+            forge.user, "shared", task.issue_number or 0, comment="ok", labels=["eval-pass"]
+        )
     forge.clear_requests()
     service.poll_cycle()
     assert len(forge.requests) == 1 + len(finished)  # one listing + each new final comment
@@ -37,7 +41,8 @@ def test_shared_repo_costs_one_request_per_idle_cycle(settings: Settings,
 
 
 def test_full_cycle_probes_first_and_lists_only_when_issues_vanished(
-        settings: Settings, forge: SandboxForge) -> None:
+    settings: Settings, forge: SandboxForge
+) -> None:
     app = build_app(settings.model_copy(update={"full_poll_every": 2}))
     app.billing.add_client("acme", 200)
     batch_id = app.intake.submit_batch("acme", tasks(60))["batch_id"]
@@ -60,8 +65,9 @@ def test_full_cycle_probes_first_and_lists_only_when_issues_vanished(
     assert len(listing) == 2  # 59 issues: two pages of 50, no empty third page
 
 
-def test_an_unreadable_result_does_not_block_the_others(settings: Settings,
-                                                        forge: SandboxForge) -> None:
+def test_an_unreadable_result_does_not_block_the_others(
+    settings: Settings, forge: SandboxForge
+) -> None:
     app = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
     assert app.gitea is not None
     app.gitea.sleep = lambda _seconds: None

@@ -11,12 +11,25 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_ruff_is_clean() -> None:
     paths = [p for p in ("dropbox_eval", "tests", "bench") if (ROOT / p).exists()]
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", *paths], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", *paths], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_clean() -> None:
+    paths = [p for p in ("dropbox_eval", "tests", "bench") if (ROOT / p).exists()]
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_mypy_strict_is_clean() -> None:
-    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -46,14 +46,20 @@ def running(app: App) -> Iterator[Service]:
 
 def _service_env(tmp_path: Path, forge: SandboxForge) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
-    env.update(SAAS_EVAL_HOME=str(tmp_path), SAAS_EVAL_GITEA_URL=forge.url,
-               SAAS_EVAL_GITEA_TOKEN=forge.token, SAAS_EVAL_OWNER=forge.user,
-               SAAS_EVAL_POLL_INTERVAL="0.3", SAAS_EVAL_QUIET_PERIOD="0.1")
+    env.update(
+        SAAS_EVAL_HOME=str(tmp_path),
+        SAAS_EVAL_GITEA_URL=forge.url,
+        SAAS_EVAL_GITEA_TOKEN=forge.token,
+        SAAS_EVAL_OWNER=forge.user,
+        SAAS_EVAL_POLL_INTERVAL="0.3",
+        SAAS_EVAL_QUIET_PERIOD="0.1",
+    )
     return env
 
 
-def test_sigkill_during_intake_never_duplicates_or_loses(tmp_path: Path,
-                                                        forge: SandboxForge) -> None:
+def test_sigkill_during_intake_never_duplicates_or_loses(
+    tmp_path: Path, forge: SandboxForge
+) -> None:
     seed = int(os.environ.get("KILL_SEED", time.time()))
     rng = random.Random(seed)
     settings = load_settings(home=tmp_path)
@@ -64,8 +70,9 @@ def test_sigkill_during_intake_never_duplicates_or_loses(tmp_path: Path,
     command = [sys.executable, "-m", "dropbox_eval", "run"]
     kills = []
     for _ in range(10):
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         moment = rng.uniform(0.7, 1.6)
         time.sleep(moment)
         proc.send_signal(signal.SIGKILL)
@@ -75,8 +82,9 @@ def test_sigkill_during_intake_never_duplicates_or_loses(tmp_path: Path,
     forge.set_delay(0)
     lane = SimulatedLane(forge.state, delay=0.0, interval=0.05)
     lane.start()
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert wait_for(lambda: any(settings.outbox_path.glob("*.json")), 60), (seed, kills)
     finally:
@@ -103,8 +111,9 @@ def _repos(forge: SandboxForge) -> list[str]:
     return sorted(name for _owner, name in list(forge.state.repos) if name.startswith("eval-acme"))
 
 
-def test_forge_outage_of_30_seconds_during_polling(app: App, forge: SandboxForge,
-                                                   funded: str) -> None:
+def test_forge_outage_of_30_seconds_during_polling(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     app.intake.submit_batch(funded, tasks(3))
     forge.fail_for(30, 503)
     lane = SimulatedLane(forge.state, delay=0.0, interval=0.05)
@@ -124,8 +133,9 @@ def test_forge_outage_of_30_seconds_during_polling(app: App, forge: SandboxForge
     assert report["counts"]["passed"] == 3
 
 
-def test_callback_down_then_up_delivers_once_with_same_id(tmp_path: Path, forge: SandboxForge,
-                                                          settings: Settings) -> None:
+def test_callback_down_then_up_delivers_once_with_same_id(
+    tmp_path: Path, forge: SandboxForge, settings: Settings
+) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -135,8 +145,9 @@ def test_callback_down_then_up_delivers_once_with_same_id(tmp_path: Path, forge:
     url = f"http://127.0.0.1:{port}/hook"
     batch_id = app.intake.submit_batch("acme", tasks(1), callback_url=url)["batch_id"]
     for issue in forge.issues(forge.user, f"eval-acme-{batch_id}"):
-        forge.finish_issue(forge.user, f"eval-acme-{batch_id}", issue["number"], comment="ok",
-                           labels=["eval-pass"])
+        forge.finish_issue(
+            forge.user, f"eval-acme-{batch_id}", issue["number"], comment="ok", labels=["eval-pass"]
+        )
     service = Service(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
@@ -168,11 +179,16 @@ for _ in range(100):
 """
 
 
-def test_funding_from_another_process_while_service_charges(app: App, funded: str,
-                                                            running: Service) -> None:
+def test_funding_from_another_process_while_service_charges(
+    app: App, funded: str, running: Service
+) -> None:
     home = str(app.settings.home)
-    proc = subprocess.Popen([sys.executable, "-c", FUND_100, home],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FUND_100, home],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for i in range(8):
         drop(app.settings, funded, f"b{i}.json", {"batch_ref": f"b{i}", "tasks": tasks(2)})
         time.sleep(0.05)
@@ -187,7 +203,8 @@ def test_funding_from_another_process_while_service_charges(app: App, funded: st
 
 
 def test_wrong_token_stops_work_with_a_message_and_service_stays_up(
-        tmp_path: Path, forge: SandboxForge, settings: Settings) -> None:
+    tmp_path: Path, forge: SandboxForge, settings: Settings
+) -> None:
     app = build_app(settings.model_copy(update={"gitea_token": "expired"}))
     app.billing.add_client("acme", 10)
     service = Service(app)
@@ -195,8 +212,9 @@ def test_wrong_token_stops_work_with_a_message_and_service_stays_up(
     thread.start()
     try:
         drop(app.settings, "acme", "a.json", {"tasks": tasks(1)})
-        assert wait_for(lambda: "SAAS_EVAL_GITEA_TOKEN" in str(service.status.get("last_error")),
-                        20)
+        assert wait_for(
+            lambda: "SAAS_EVAL_GITEA_TOKEN" in str(service.status.get("last_error")), 20
+        )
         assert thread.is_alive()
         rows = app.store.list_batches()
         assert [r["status"] for r in rows] == ["running"]  # kept, resumes once the token works

@@ -100,8 +100,9 @@ def test_auth_401_without_or_with_wrong_token(sandbox: SandboxForge) -> None:
     assert wrong.status_code == 401
     assert wrong.json()["message"].startswith("user does not exist")
     for scheme in ("token", "TOKEN", "Bearer", "bearer"):
-        ok = requests.get(f"{base}/user", headers={"Authorization": f"{scheme} {sandbox.token}"},
-                          timeout=5)
+        ok = requests.get(
+            f"{base}/user", headers={"Authorization": f"{scheme} {sandbox.token}"}, timeout=5
+        )
         assert ok.status_code == 200 and ok.json()["login"] == sandbox.user
     settings = _session(sandbox.token).get(f"{base}/settings/api", timeout=5).json()
     assert settings["max_response_items"] == 50 and settings["default_paging_num"] == 30
@@ -127,8 +128,11 @@ def test_repo_create_201_409_422_and_org(api: Api) -> None:
     assert org.json()["owner"]["login"] == "evalorg" and org.json()["has_issues"] is True
     nobody = api.session.post(f"{base}/orgs/noorg/repos", json={"name": "z"}, timeout=5)
     assert nobody.status_code == 404
-    assert nobody.json() == {"errors": None, "message": "not found",
-                             "url": f"{api.forge.url}/api/swagger"}
+    assert nobody.json() == {
+        "errors": None,
+        "message": "not found",
+        "url": f"{api.forge.url}/api/swagger",
+    }
     assert api.get("").json()["name"] == api.repo
     assert api.session.get(f"{base}/repos/eval/nope", timeout=5).status_code == 404
     assert api.session.get(f"{base}/repos/eval/nope/issues", timeout=5).status_code == 404
@@ -210,8 +214,9 @@ def test_labels_filter_is_and_and_unknown_names_are_ignored(api: Api) -> None:
 
 def test_state_filter_and_patch_returns_201(api: Api) -> None:
     first, second = api.issue("one"), api.issue("two")
-    patched = api.session.patch(f"{api.repo_url}/issues/{first}",
-                                json={"state": "closed", "title": "renamed"}, timeout=5)
+    patched = api.session.patch(
+        f"{api.repo_url}/issues/{first}", json={"state": "closed", "title": "renamed"}, timeout=5
+    )
     assert patched.status_code == 201
     assert patched.json()["state"] == "closed" and patched.json()["closed_at"] is not None
     assert patched.json()["title"] == "renamed"
@@ -221,8 +226,9 @@ def test_state_filter_and_patch_returns_201(api: Api) -> None:
     assert api.get("/issues", type="pulls").json() == []
     bad = api.session.patch(f"{api.repo_url}/issues/{first}", json={"state": "x"}, timeout=5)
     assert bad.status_code == 412
-    reopened = api.session.patch(f"{api.repo_url}/issues/{first}", json={"state": "open"},
-                                 timeout=5)
+    reopened = api.session.patch(
+        f"{api.repo_url}/issues/{first}", json={"state": "open"}, timeout=5
+    )
     assert reopened.json()["state"] == "open" and reopened.json()["closed_at"] is None
 
 
@@ -265,8 +271,10 @@ def test_comments_and_missing_issue_500(api: Api) -> None:
     assert [c["body"] for c in listed.json()] == ["hello", "second"]
     assert listed.headers["X-Total-Count"] == "2"
     assert api.get(f"/issues/{number}").json()["comments"] == 2
-    for response in (api.get("/issues/999/comments"),
-                     api.post("/issues/999/comments", {"body": "x"})):
+    for response in (
+        api.get("/issues/999/comments"),
+        api.post("/issues/999/comments", {"body": "x"}),
+    ):
         assert response.status_code == 500
         assert response.json()["message"] == "GetRawIssueByIndex"
     assert api.post(f"/issues/{number}/comments", {}).status_code == 422
@@ -358,8 +366,9 @@ def test_fail_next_with_retry_after_has_no_side_effects(api: Api) -> None:
         assert failed.json() == {"message": "sandbox fault"}
     assert api.forge.issues(api.owner, api.repo) == []
     assert api.issue() == 1
-    control = requests.post(f"{api.forge.url}/_sandbox/faults",
-                            json={"count": 1, "status": 502}, timeout=5)
+    control = requests.post(
+        f"{api.forge.url}/_sandbox/faults", json={"count": 1, "status": 502}, timeout=5
+    )
     assert control.status_code == 200
     assert api.get("").status_code == 502 and api.get("").status_code == 200
 
@@ -388,8 +397,7 @@ def test_request_log_records_every_api_request(api: Api) -> None:
     ]
     assert api.forge.requests == expected
     over_http = requests.get(f"{api.forge.url}/_sandbox/requests", timeout=5).json()
-    assert over_http[1] == {"method": "POST", "path": expected[1].path, "status": 201,
-                            "query": ""}
+    assert over_http[1] == {"method": "POST", "path": expected[1].path, "status": 201, "query": ""}
     assert len(api.forge.requests) == 3  # control routes are not logged
 
 

@@ -13,10 +13,16 @@ from pathlib import Path
 from conftest import read_json, tasks, wait_for
 
 
-def _cli(home: Path, *args: str, env: dict[str, str] | None = None,
-         timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dropbox_eval", "--home", str(home), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+def _cli(
+    home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dropbox_eval", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -26,13 +32,27 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> None:
-    env = _env(SAAS_EVAL_POLL_INTERVAL="0.3", SAAS_EVAL_QUIET_PERIOD="0.2",
-               SAAS_EVAL_RESCAN_INTERVAL="600")
+    env = _env(
+        SAAS_EVAL_POLL_INTERVAL="0.3", SAAS_EVAL_QUIET_PERIOD="0.2", SAAS_EVAL_RESCAN_INTERVAL="600"
+    )
     assert _cli(tmp_path, "clients", "add", "acme", "--credits", "10", env=env).returncode == 0
     service = subprocess.Popen(
-        [sys.executable, "-m", "dropbox_eval", "--home", str(tmp_path), "run", "--sandbox",
-         "--lane-delay", "0.3"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        [
+            sys.executable,
+            "-m",
+            "dropbox_eval",
+            "--home",
+            str(tmp_path),
+            "run",
+            "--sandbox",
+            "--lane-delay",
+            "0.3",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert wait_for(lambda: (tmp_path / "state" / "service.json").exists(), 20)
         time.sleep(0.5)  # the observer is running; the file below arrives as an event
@@ -74,9 +94,14 @@ def test_invalid_setting_is_one_line(tmp_path: Path) -> None:
 
 
 def test_demo_runs_in_an_empty_folder(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "dropbox_eval", "demo", "--lane-delay", "0.2"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=90,
-                            env=_env())
+    result = subprocess.run(
+        [sys.executable, "-m", "dropbox_eval", "demo", "--lane-delay", "0.2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=_env(),
+    )
     assert result.returncode == 0, result.stderr
     reports = list((tmp_path / "outbox").glob("*.json"))
     assert len(reports) == 1

@@ -37,10 +37,13 @@ for _ in range(int(sys.argv[2])):
 def test_concurrent_funding_from_processes_and_threads_is_exact(tmp_path: Path) -> None:
     billing = Billing(Store(tmp_path), 1)
     billing.add_client("acme", 0)
-    procs = [subprocess.Popen([sys.executable, "-c", FUND_SCRIPT, str(tmp_path), "40"])
-             for _ in range(2)]
-    threads = [threading.Thread(target=lambda: [billing.fund("acme", 1) for _ in range(20)])
-               for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", FUND_SCRIPT, str(tmp_path), "40"]) for _ in range(2)
+    ]
+    threads = [
+        threading.Thread(target=lambda: [billing.fund("acme", 1) for _ in range(20)])
+        for _ in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -75,8 +78,9 @@ def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
     assert live.exists()
 
 
-def test_emitted_batches_leave_the_index_but_stay_visible(app: App, forge: SandboxForge,
-                                                          funded: str) -> None:
+def test_emitted_batches_leave_the_index_but_stay_visible(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
     first = app.intake.submit_batch(funded, tasks(2), batch_ref="one")["batch_id"]
     owner, name = app.store.get_batch(first).repo.split("/")
     for issue in forge.issues(owner, name):
@@ -125,8 +129,9 @@ def test_ledger_entries_apply_to_the_balance_as_posted(app: App, funded: str) ->
     assert app.store.ledger(funded)[-1].balance_after == client.balance
 
 
-def test_intake_lease_excludes_a_second_holder(app: App, forge: SandboxForge,
-                                               funded: str, settings: Settings) -> None:
+def test_intake_lease_excludes_a_second_holder(
+    app: App, forge: SandboxForge, funded: str, settings: Settings
+) -> None:
     offline = build_app(settings.model_copy(update={"gitea_url": None}))
     batch_id = offline.intake.submit_batch(funded, tasks(3))["batch_id"]
     forge.clear_requests()

@@ -47,12 +47,18 @@ OLD = 978_307_200  # 2001-01-01: the mtime of a file copied with cp -p / rsync -
 
 # -- harness ------------------------------------------------------------------------------
 
+
 def _settings(home: Path, forge: SandboxForge, **extra: Any) -> Settings:
-    values: dict[str, Any] = {"quiet_period": QUIET, "poll_interval": 600.0,
-                              "rescan_interval": 600.0, "task_price": 1}
+    values: dict[str, Any] = {
+        "quiet_period": QUIET,
+        "poll_interval": 600.0,
+        "rescan_interval": 600.0,
+        "task_price": 1,
+    }
     values.update(extra)
-    return load_settings(home=home, gitea_url=forge.url, gitea_token=forge.token,
-                         owner=forge.user, **values)
+    return load_settings(
+        home=home, gitea_url=forge.url, gitea_token=forge.token, owner=forge.user, **values
+    )
 
 
 @contextmanager
@@ -93,16 +99,21 @@ def filed(folder: Path, kind: str) -> list[Path]:
     where = folder / kind
     if not where.is_dir():
         return []
-    return sorted(p for p in where.iterdir()
-                  if not p.name.endswith((".receipt.json", ".error.json")))
+    return sorted(
+        p for p in where.iterdir() if not p.name.endswith((".receipt.json", ".error.json"))
+    )
 
 
 def issue_posts(forge: SandboxForge) -> int:
-    return sum(1 for r in forge.requests
-               if r.method == "POST" and r.path.endswith("/issues") and r.status == 201)
+    return sum(
+        1
+        for r in forge.requests
+        if r.method == "POST" and r.path.endswith("/issues") and r.status == 201
+    )
 
 
 # -- upload clients, as the file-system calls they make -------------------------------------
+
 
 def sftp_in_place(path: Path, data: bytes, chunks: int = 20, seconds: float = 3.0) -> None:
     """OpenSSH sftp/scp: the final name, written in place chunk by chunk."""
@@ -110,7 +121,7 @@ def sftp_in_place(path: Path, data: bytes, chunks: int = 20, seconds: float = 3.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for index in range(chunks):
-            os.write(fd, data[index * size:(index + 1) * size])
+            os.write(fd, data[index * size : (index + 1) * size])
             time.sleep(seconds / chunks)
     finally:
         os.close(fd)
@@ -147,7 +158,7 @@ def smb_preallocated(path: Path, data: bytes) -> None:
         os.ftruncate(fd, len(data))
         step = -(-len(data) // 10)
         for offset in range(0, len(data), step):
-            os.pwrite(fd, data[offset:offset + step], offset)
+            os.pwrite(fd, data[offset : offset + step], offset)
             time.sleep(0.15)
     finally:
         os.close(fd)
@@ -171,9 +182,11 @@ def move_in_with_old_mtime(path: Path, data: bytes, staging: Path) -> None:
 
 # -- every upload pattern, exactly once -------------------------------------------------------
 
+
 @pytest.mark.parametrize("polling", [False, True], ids=["inotify", "polling"])
 def test_every_upload_pattern_is_accepted_exactly_once(
-        tmp_path: Path, forge: SandboxForge, polling: bool) -> None:
+    tmp_path: Path, forge: SandboxForge, polling: bool
+) -> None:
     # in-place writers pause 0.15 s between chunks: a quiet period of 0.5 s keeps a 3x
     # margin on a loaded machine (with 0 s, sftp/smb/copied files are read half-written)
     app = build_app(_settings(tmp_path / "home", forge, quiet_period=0.5))
@@ -196,15 +209,18 @@ def test_every_upload_pattern_is_accepted_exactly_once(
     }
     payloads = {name: batch(None, 3, batch_ref=name.split(".")[0]) for name in uploads}
     with running(app, polling=polling) as service:
-        writers = [threading.Thread(target=upload, args=(inbox / "acme" / name, payloads[name]))
-                   for name, upload in uploads.items()]
+        writers = [
+            threading.Thread(target=upload, args=(inbox / "acme" / name, payloads[name]))
+            for name, upload in uploads.items()
+        ]
         for writer in writers:
             writer.start()
         for writer in writers:
             writer.join()
         paths = [inbox / "acme" / name for name in uploads]
-        assert wait_for(lambda: all(outcome(p) for p in paths), 20), \
-            {p.name: outcome(p) for p in paths}
+        assert wait_for(lambda: all(outcome(p) for p in paths), 20), {
+            p.name: outcome(p) for p in paths
+        }
         time.sleep(1.0)  # nothing else may happen afterwards
         assert service.status.get("last_error") is None
     folder = inbox / "acme"
@@ -218,7 +234,8 @@ def test_every_upload_pattern_is_accepted_exactly_once(
 
 
 def test_200_files_dropped_at_once_are_each_accepted_exactly_once(
-        tmp_path: Path, forge: SandboxForge) -> None:
+    tmp_path: Path, forge: SandboxForge
+) -> None:
     app = build_app(_settings(tmp_path / "home", forge))
     app.billing.add_client("acme", 500)
     inbox = app.inbox.root
@@ -226,8 +243,9 @@ def test_200_files_dropped_at_once_are_each_accepted_exactly_once(
         started = time.monotonic()
         for index in range(200):
             (inbox / f"drop-{index:03d}.json").write_bytes(batch(batch_ref=f"r{index}"))
-        assert wait_for(lambda: len(filed(inbox, "accepted")) == 200, 90), \
-            len(filed(inbox, "accepted"))
+        assert wait_for(lambda: len(filed(inbox, "accepted")) == 200, 90), len(
+            filed(inbox, "accepted")
+        )
         elapsed = time.monotonic() - started
         time.sleep(2 * QUIET)
         assert service.status.get("last_error") is None
@@ -241,7 +259,8 @@ def test_200_files_dropped_at_once_are_each_accepted_exactly_once(
 
 
 def test_files_present_at_start_and_duplicates_through_the_service(
-        tmp_path: Path, forge: SandboxForge) -> None:
+    tmp_path: Path, forge: SandboxForge
+) -> None:
     app = build_app(_settings(tmp_path / "home", forge))
     app.billing.add_client("acme", 100)
     app.billing.add_client("other", 100)
@@ -252,15 +271,25 @@ def test_files_present_at_start_and_duplicates_through_the_service(
     with running(app):
         assert wait_for(lambda: outcome(inbox / "acme" / "before-start.json"), 10)
         first = read_json(inbox / "acme" / "accepted" / "before-start.json.receipt.json")
-        drops = {"same-bytes.json": raw,  # the identical file again
-                 "same-ref.json": batch(None, 1, batch_ref="nightly")}  # same ref, new bytes
+        drops = {
+            "same-bytes.json": raw,  # the identical file again
+            "same-ref.json": batch(None, 1, batch_ref="nightly"),
+        }  # same ref, new bytes
         for name, data in drops.items():
             (inbox / "acme" / name).write_bytes(data)
         (inbox / "other").mkdir()
         (inbox / "other" / "same-bytes.json").write_bytes(raw)  # another client: its own
-        assert wait_for(lambda: all(outcome(inbox / c / n) for c, n in [
-            ("acme", "same-bytes.json"), ("acme", "same-ref.json"),
-            ("other", "same-bytes.json")]), 10)
+        assert wait_for(
+            lambda: all(
+                outcome(inbox / c / n)
+                for c, n in [
+                    ("acme", "same-bytes.json"),
+                    ("acme", "same-ref.json"),
+                    ("other", "same-bytes.json"),
+                ]
+            ),
+            10,
+        )
     for name in drops:
         receipt = read_json(inbox / "acme" / "accepted" / f"{name}.receipt.json")
         assert receipt["duplicate"] is True and receipt["batch_id"] == first["batch_id"]
@@ -271,7 +300,8 @@ def test_files_present_at_start_and_duplicates_through_the_service(
 
 
 def test_inbox_folder_replaced_while_running_is_watched_again(
-        tmp_path: Path, forge: SandboxForge) -> None:
+    tmp_path: Path, forge: SandboxForge
+) -> None:
     """A deleted-and-recreated inbox (or a share remounted over it) silences the observer;
     the watcher notices and restarts, long before the (here: 10 minute) rescan."""
     app = build_app(_settings(tmp_path / "home", forge))
@@ -303,7 +333,8 @@ def _accepted_times(paths: list[Path], timeout: float) -> dict[Path, float]:
 
 
 def test_a_rename_from_a_temporary_name_is_read_without_the_quiet_period(
-        tmp_path: Path, forge: SandboxForge) -> None:
+    tmp_path: Path, forge: SandboxForge
+) -> None:
     """`x.json.part` -> `x.json` (and rsync's hidden name, WinSCP's `.filepart` on a server
     that renames): a rename is atomic and an interrupted upload never renames, so the file
     is complete at once. Quiet period 5 s; each is accepted well within 2 s."""
@@ -311,10 +342,12 @@ def test_a_rename_from_a_temporary_name_is_read_without_the_quiet_period(
     app.billing.add_client("acme", 100)
     inbox = app.inbox.root
     (inbox / "acme").mkdir()
-    temporaries = {inbox / "acme" / "part.json": "part.json.part",
-                   inbox / "acme" / "rsync.json": ".rsync.json.AbC123",
-                   inbox / "acme" / "winscp.json": "winscp.json.filepart",
-                   inbox / "top.json": "top.json.part"}
+    temporaries = {
+        inbox / "acme" / "part.json": "part.json.part",
+        inbox / "acme" / "rsync.json": ".rsync.json.AbC123",
+        inbox / "acme" / "winscp.json": "winscp.json.filepart",
+        inbox / "top.json": "top.json.part",
+    }
     took: dict[str, float] = {}
     with running(app) as service:
         for final, temporary in temporaries.items():
@@ -327,15 +360,18 @@ def test_a_rename_from_a_temporary_name_is_read_without_the_quiet_period(
             assert final in accepted, f"{final.name} not accepted within 2 s"
             took[final.name] = accepted[final] - started
         assert service.status.get("last_error") is None
-    print("renamed into place, accepted after: " + ", ".join(
-        f"{name} {seconds * 1000:.0f} ms" for name, seconds in took.items()))
+    print(
+        "renamed into place, accepted after: "
+        + ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in took.items())
+    )
     assert len(app.store.list_batches()) == len(temporaries)
     assert issue_posts(forge) == 2 * len(temporaries)
 
 
 @pytest.mark.parametrize("polling", [False, True], ids=["inotify", "polling"])
 def test_files_not_renamed_into_place_wait_for_the_quiet_period(
-        tmp_path: Path, forge: SandboxForge, polling: bool) -> None:
+    tmp_path: Path, forge: SandboxForge, polling: bool
+) -> None:
     """Written in place under the final name, a WinSCP `.filepart` hard-linked to its final
     name then unlinked (OpenSSH's server: created + deleted, no move event), moved in from
     outside the inbox (a created event) or from another candidate name: none is read before
@@ -383,8 +419,11 @@ def test_files_not_renamed_into_place_wait_for_the_quiet_period(
         os.rename(part, path)
 
     uploads: dict[str, Callable[[Path], None]] = {
-        "in-place.json": in_place, "winscp-link.json": link_then_unlink,
-        "moved-in.json": from_outside, "renamed.json": from_a_candidate}
+        "in-place.json": in_place,
+        "winscp-link.json": link_then_unlink,
+        "moved-in.json": from_outside,
+        "renamed.json": from_a_candidate,
+    }
     if polling:
         uploads["polled-rename.json"] = from_a_temporary
     paths = [folder / name for name in uploads]
@@ -417,49 +456,98 @@ HOSTILE: dict[str, tuple[bytes, str, str | None]] = {
     "empty.json": (b"", "invalid_json", None),
     "blank.json": (b" \n\t\n", "invalid_json", None),
     "utf16.json": (("\ufeff" + batch().decode()).encode("utf-16-le"), "invalid_encoding", None),
-    "latin1.json": (b"\xef\xbb\xbf" + batch().replace(b"Task 1", b"T\xe2che 1"),
-                    "invalid_encoding", None),
+    "latin1.json": (
+        b"\xef\xbb\xbf" + batch().replace(b"Task 1", b"T\xe2che 1"),
+        "invalid_encoding",
+        None,
+    ),
     "utf16-no-bom.json": (batch().decode().encode("utf-16-le"), "invalid_encoding", None),
     "array.json": (b"[1, 2]", "invalid_batch", "(document)"),
     "number.json": (b"42", "invalid_batch", "(document)"),
     "no-tasks.json": (json.dumps({"client_id": "acme"}).encode(), "invalid_batch", "tasks"),
-    "no-title.json": (json.dumps({"client_id": "acme", "tasks": [{"task_id": "t"}]}).encode(),
-                      "invalid_batch", "tasks.0.title"),
+    "no-title.json": (
+        json.dumps({"client_id": "acme", "tasks": [{"task_id": "t"}]}).encode(),
+        "invalid_batch",
+        "tasks.0.title",
+    ),
     "unknown-top.json": (batch(colour="red"), "invalid_batch", "colour"),
-    "unknown-task.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": "t", "title": "x", "priority": 1}]}).encode(), "invalid_batch",
-        "tasks.0.priority"),
-    "empty-tasks.json": (json.dumps({"client_id": "acme", "tasks": []}).encode(),
-                         "invalid_batch", "tasks"),
-    "dup-task.json": (json.dumps({"client_id": "acme", "tasks": tasks(1) + tasks(1)}).encode(),
-                      "invalid_batch", "tasks"),
-    "dup-key.json": (b'{"client_id": "acme", "client_id": "other", "tasks": []}',
-                     "invalid_json", "client_id"),
-    "slash-id.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": "a/b", "title": "x"}]}).encode(), "invalid_batch", "tasks.0.task_id"),
-    "backslash-id.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": "a\\b", "title": "x"}]}).encode(), "invalid_batch", "tasks.0.task_id"),
-    "dotdot-id.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": "a..b", "title": "x"}]}).encode(), "invalid_batch", "tasks.0.task_id"),
+    "unknown-task.json": (
+        json.dumps(
+            {"client_id": "acme", "tasks": [{"task_id": "t", "title": "x", "priority": 1}]}
+        ).encode(),
+        "invalid_batch",
+        "tasks.0.priority",
+    ),
+    "empty-tasks.json": (
+        json.dumps({"client_id": "acme", "tasks": []}).encode(),
+        "invalid_batch",
+        "tasks",
+    ),
+    "dup-task.json": (
+        json.dumps({"client_id": "acme", "tasks": tasks(1) + tasks(1)}).encode(),
+        "invalid_batch",
+        "tasks",
+    ),
+    "dup-key.json": (
+        b'{"client_id": "acme", "client_id": "other", "tasks": []}',
+        "invalid_json",
+        "client_id",
+    ),
+    "slash-id.json": (
+        json.dumps({"client_id": "acme", "tasks": [{"task_id": "a/b", "title": "x"}]}).encode(),
+        "invalid_batch",
+        "tasks.0.task_id",
+    ),
+    "backslash-id.json": (
+        json.dumps({"client_id": "acme", "tasks": [{"task_id": "a\\b", "title": "x"}]}).encode(),
+        "invalid_batch",
+        "tasks.0.task_id",
+    ),
+    "dotdot-id.json": (
+        json.dumps({"client_id": "acme", "tasks": [{"task_id": "a..b", "title": "x"}]}).encode(),
+        "invalid_batch",
+        "tasks.0.task_id",
+    ),
     "slash-client.json": (batch("../acme"), "invalid_batch", "client_id"),
     "dotdot-ref.json": (batch(batch_ref="x..y"), "invalid_batch", "batch_ref"),
-    "long-title.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": "t", "title": "x" * 256}]}).encode(), "invalid_batch", "tasks.0.title"),
-    "nul-title.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": "t", "title": "a\u0000b"}]}).encode(), "invalid_batch", "tasks.0.title"),
-    "escape-body.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": "t", "title": "x", "body": "\u001b[2J"}]}).encode(), "invalid_batch",
-        "tasks.0.body"),
+    "long-title.json": (
+        json.dumps({"client_id": "acme", "tasks": [{"task_id": "t", "title": "x" * 256}]}).encode(),
+        "invalid_batch",
+        "tasks.0.title",
+    ),
+    "nul-title.json": (
+        json.dumps(
+            {"client_id": "acme", "tasks": [{"task_id": "t", "title": "a\u0000b"}]}
+        ).encode(),
+        "invalid_batch",
+        "tasks.0.title",
+    ),
+    "escape-body.json": (
+        json.dumps(
+            {"client_id": "acme", "tasks": [{"task_id": "t", "title": "x", "body": "\u001b[2J"}]}
+        ).encode(),
+        "invalid_batch",
+        "tasks.0.body",
+    ),
     "raw-nul.json": (batch().replace(b"Task 1", b"Task\x001"), "invalid_json", None),
-    "lone-surrogate.json": (batch().replace(b"Task 1", b"Task \\ud800"), "invalid_encoding",
-                            None),
+    "lone-surrogate.json": (batch().replace(b"Task 1", b"Task \\ud800"), "invalid_encoding", None),
     "deep.json": (b"[" * 100_000 + b"]" * 100_000, "invalid_json", None),
-    "deep-field.json": (b'{"client_id": "acme", "tasks": [{"task_id": "t", "title": "x"}], '
-                        b'"extra": ' + b"[" * NESTED_OK_DEPTH + b"]" * NESTED_OK_DEPTH + b"}",
-                        "invalid_batch", "extra"),
-    "too-many.json": (json.dumps({"client_id": "acme", "tasks": [
-        {"task_id": f"t{i}", "title": "x"} for i in range(10_001)]}).encode(),
-        "too_many_tasks", "tasks"),
+    "deep-field.json": (
+        b'{"client_id": "acme", "tasks": [{"task_id": "t", "title": "x"}], '
+        b'"extra": ' + b"[" * NESTED_OK_DEPTH + b"]" * NESTED_OK_DEPTH + b"}",
+        "invalid_batch",
+        "extra",
+    ),
+    "too-many.json": (
+        json.dumps(
+            {
+                "client_id": "acme",
+                "tasks": [{"task_id": f"t{i}", "title": "x"} for i in range(10_001)],
+            }
+        ).encode(),
+        "too_many_tasks",
+        "tasks",
+    ),
     "no-client.json": (batch(None), "missing_client_id", "client_id"),
     "ghost.json": (batch("ghost"), "unknown_client", None),
     "broke.json": (batch("broke"), "unfunded", None),
@@ -467,7 +555,8 @@ HOSTILE: dict[str, tuple[bytes, str, str | None]] = {
 
 
 def test_hostile_catalogue_is_rejected_and_the_service_stays_up(
-        tmp_path: Path, forge: SandboxForge) -> None:
+    tmp_path: Path, forge: SandboxForge
+) -> None:
     app = build_app(_settings(tmp_path / "home", forge))
     app.billing.add_client("acme", 100)
     app.billing.add_client("broke", 0)
@@ -496,15 +585,15 @@ def test_hostile_catalogue_is_rejected_and_the_service_stays_up(
         (inbox / "bom.json").write_bytes(b"\xef\xbb\xbf" + batch(batch_ref="bom"))
         (inbox / "SHOUTING.JSON").write_bytes(batch(batch_ref="upper"))
 
-        expected = {inbox / name: (reason, field) for name, (_, reason, field) in
-                    HOSTILE.items()}
+        expected = {inbox / name: (reason, field) for name, (_, reason, field) in HOSTILE.items()}
         expected[inbox / "huge.json"] = ("too_large", None)
         expected[inbox / "acme" / "mismatch.json"] = ("client_mismatch", "client_id")
         expected[inbox / "bad folder" / "x.json"] = ("invalid_batch", "client_id")
         expected[inbox / "link.json"] = ("symlink", None)
         accepted = [inbox / "bom.json", inbox / "SHOUTING.JSON"]
-        assert wait_for(lambda: all(outcome(p) for p in [*expected, *accepted]), 30), \
-            [p.name for p in [*expected, *accepted] if not outcome(p)]
+        assert wait_for(lambda: all(outcome(p) for p in [*expected, *accepted]), 30), [
+            p.name for p in [*expected, *accepted] if not outcome(p)
+        ]
 
         # ... and the service still takes the next good file
         (inbox / "after.json").write_bytes(batch(batch_ref="after"))
@@ -519,8 +608,7 @@ def test_hostile_catalogue_is_rejected_and_the_service_stays_up(
             assert error.get("field") == field, (path.name, error)
     for name, (content, _, _) in HOSTILE.items():  # original bytes, moved untouched
         assert (inbox / "rejected" / name).read_bytes() == content
-    assert "ends early" in read_json(inbox / "rejected" / "truncated.json.error.json")[
-        "message"]
+    assert "ends early" in read_json(inbox / "rejected" / "truncated.json.error.json")["message"]
     assert "UTF-16" in read_json(inbox / "rejected" / "utf16.json.error.json")["message"]
     latin1 = read_json(inbox / "rejected" / "latin1.json.error.json")
     assert latin1["byte"] == HOSTILE["latin1.json"][0].index(b"\xe2")  # counted with the BOM
@@ -536,8 +624,9 @@ def test_hostile_catalogue_is_rejected_and_the_service_stays_up(
     assert issue_posts(forge) == 3
 
 
-def test_fifo_is_skipped_without_blocking_and_never_opened_for_writing(tmp_path: Path,
-                                                                       app: App) -> None:
+def test_fifo_is_skipped_without_blocking_and_never_opened_for_writing(
+    tmp_path: Path, app: App
+) -> None:
     fifo = app.inbox.root / "pipe.json"
     os.mkfifo(fifo)
     tracker = ReadinessTracker(quiet_period=0)
@@ -552,8 +641,8 @@ def test_fifo_is_skipped_without_blocking_and_never_opened_for_writing(tmp_path:
 
 # -- races and hostile folders (Inbox.process, deterministic) --------------------------------
 
-def test_file_deleted_between_ready_and_read_is_skipped_not_rejected(app: App,
-                                                                    funded: str) -> None:
+
+def test_file_deleted_between_ready_and_read_is_skipped_not_rejected(app: App, funded: str) -> None:
     path = app.inbox.root / "late.json"
     path.write_bytes(batch())
     tracker = ReadinessTracker(quiet_period=0)
@@ -578,8 +667,9 @@ def test_file_claimed_by_another_process_is_left_alone(app: App, funded: str) ->
     assert app.inbox.process(path).status == "accepted"
 
 
-def test_symlinked_outcome_folder_is_never_written_through(app: App, funded: str,
-                                                           tmp_path: Path) -> None:
+def test_symlinked_outcome_folder_is_never_written_through(
+    app: App, funded: str, tmp_path: Path
+) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     folder = app.inbox.root / "acme"
@@ -593,8 +683,9 @@ def test_symlinked_outcome_folder_is_never_written_through(app: App, funded: str
     assert app.store.list_batches() == []
 
 
-def test_symlinked_client_folder_is_neither_scanned_nor_entered(app: App, funded: str,
-                                                                tmp_path: Path) -> None:
+def test_symlinked_client_folder_is_neither_scanned_nor_entered(
+    app: App, funded: str, tmp_path: Path
+) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     target = elsewhere / "x.json"
@@ -608,22 +699,43 @@ def test_symlinked_client_folder_is_neither_scanned_nor_entered(app: App, funded
 
 def test_scan_lists_candidates_only(app: App) -> None:
     root = app.inbox.root
-    for name in ("a.json", "B.JSON", "acme/c.json", "acme/accepted/d.json", "accepted/e.json",
-                 ".hidden/f.json", "acme/deep/g.json", ".h.json", "acme/i.json.filepart",
-                 "acme/.in.j.json", "k.txt"):
+    for name in (
+        "a.json",
+        "B.JSON",
+        "acme/c.json",
+        "acme/accepted/d.json",
+        "accepted/e.json",
+        ".hidden/f.json",
+        "acme/deep/g.json",
+        ".h.json",
+        "acme/i.json.filepart",
+        "acme/.in.j.json",
+        "k.txt",
+    ):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("{}")
     (root / "dir.json").mkdir()
     assert [p.relative_to(root).as_posix() for p in app.inbox.scan()] == [
-        "B.JSON", "a.json", "acme/c.json"]
+        "B.JSON",
+        "a.json",
+        "acme/c.json",
+    ]
 
 
 def test_candidate_names_of_upload_clients(tmp_path: Path) -> None:
     root = tmp_path
     for name in ("x.json", "X.JSON", "acme/x.Json"):
         assert is_candidate_name(root, root / name), name
-    for name in ("x.json.filepart", ".x.json.Xy7q2B", ".in.x.json", "x.json.part",
-                 "x.json.tmp", "x.json.writing", "x.json.lftp", "~x.json.tmp"):
+    for name in (
+        "x.json.filepart",
+        ".x.json.Xy7q2B",
+        ".in.x.json",
+        "x.json.part",
+        "x.json.tmp",
+        "x.json.writing",
+        "x.json.lftp",
+        "~x.json.tmp",
+    ):
         assert not is_candidate_name(root, root / name), name
 
 
@@ -694,21 +806,25 @@ def test_which_moves_count_as_a_rename_into_place(tmp_path: Path) -> None:
     wake = threading.Event()
     handler = _Handler(root, offered.append, wake, renamed.append)
     final = str(root / "acme" / "x.json")
-    complete = [FileMovedEvent(str(root / "acme" / "x.json.part"), final),
-                FileMovedEvent(str(root / "acme" / ".x.json.AbC123"), final),
-                FileMovedEvent(str(root / "acme" / "x.json.filepart"), final),
-                FileMovedEvent(str(root / "acme" / "accepted" / "x.json"), final)]
+    complete = [
+        FileMovedEvent(str(root / "acme" / "x.json.part"), final),
+        FileMovedEvent(str(root / "acme" / ".x.json.AbC123"), final),
+        FileMovedEvent(str(root / "acme" / "x.json.filepart"), final),
+        FileMovedEvent(str(root / "acme" / "accepted" / "x.json"), final),
+    ]
     for moved in complete:
         handler.dispatch(moved)
     assert renamed == [Path(final)] * len(complete) and offered == [] and wake.is_set()
     renamed.clear()
-    ordinary = [FileCreatedEvent(final),  # moved in from outside, or link(2)
-                FileModifiedEvent(final),
-                FileMovedEvent(str(root / "acme" / "draft.json"), final),  # candidate -> candidate
-                FileMovedEvent(str(tmp_path.parent / "elsewhere.part"), final),
-                FileMovedEvent("", final),  # an unpaired move-to (full events)
-                FileMovedEvent(str(root / ".d" / "x.json"), final, is_synthetic=True),
-                FileMovedEvent(final, str(root / "acme" / "x.json.bak"))]
+    ordinary = [
+        FileCreatedEvent(final),  # moved in from outside, or link(2)
+        FileModifiedEvent(final),
+        FileMovedEvent(str(root / "acme" / "draft.json"), final),  # candidate -> candidate
+        FileMovedEvent(str(tmp_path.parent / "elsewhere.part"), final),
+        FileMovedEvent("", final),  # an unpaired move-to (full events)
+        FileMovedEvent(str(root / ".d" / "x.json"), final, is_synthetic=True),
+        FileMovedEvent(final, str(root / "acme" / "x.json.bak")),
+    ]
     for event in ordinary:
         handler.dispatch(event)
     assert renamed == []
@@ -716,6 +832,7 @@ def test_which_moves_count_as_a_rename_into_place(tmp_path: Path) -> None:
 
 
 # -- a file made unreadable: the real CLI in a process that truly cannot read it ------------
+
 
 def _without_root_read_override() -> list[str]:
     """Root reads through chmod 000 (CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH). As root, run
@@ -735,9 +852,13 @@ def test_unreadable_file_is_left_in_place_and_taken_once_readable(tmp_path: Path
     env["SAAS_EVAL_QUIET_PERIOD"] = "0.2"
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*prefix, sys.executable, "-m", "dropbox_eval", "--home",
-                               str(tmp_path), *args], capture_output=True, text=True,
-                              timeout=60, env=env)
+        return subprocess.run(
+            [*prefix, sys.executable, "-m", "dropbox_eval", "--home", str(tmp_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
 
     assert cli("clients", "add", "acme", "--credits", "10").returncode == 0
     folder = tmp_path / "inbox" / "acme"

@@ -45,8 +45,7 @@ class Context:
 def _settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for flag, name, kind in reversed(SETTING_OPTIONS):
         env = f"SAAS_EVAL_{name.upper()}"
-        func = click.option(flag, name, type=kind, default=None,
-                            help=f"Overrides {env}.")(func)
+        func = click.option(flag, name, type=kind, default=None, help=f"Overrides {env}.")(func)
     return func
 
 
@@ -56,8 +55,11 @@ def _settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.pass_context
 def main(ctx: click.Context, /, verbose: bool, **overrides: Any) -> None:
     """dropbox-eval: file-drop eval batches -> forge issues -> lane results -> reports."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     for noisy in ("urllib3", "watchdog", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     ctx.obj = Context(overrides)

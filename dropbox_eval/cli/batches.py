@@ -62,15 +62,22 @@ def batches(obj: Context, status_filter: str | None, as_json: bool) -> None:
     """List batches: id, client, status, done/total, age."""
     with friendly_errors():
         rows = obj.app().store.list_batches(
-            (lambda r: r["status"] == status_filter) if status_filter else None)
+            (lambda r: r["status"] == status_filter) if status_filter else None
+        )
     if as_json:
         emit_json(rows)
         return
     table = Table("batch", "client", "ref", "status", "progress", "done", "age")
     for row in rows:
-        table.add_row(row["batch_id"], row["client_id"], row.get("batch_ref") or "",
-                      row["status"], bar(row["done"], row["total"]),
-                      f"{row['done']}/{row['total']}", age(row["created_at"]))
+        table.add_row(
+            row["batch_id"],
+            row["client_id"],
+            row.get("batch_ref") or "",
+            row["status"],
+            bar(row["done"], row["total"]),
+            f"{row['done']}/{row['total']}",
+            age(row["created_at"]),
+        )
     console.print(table)
 
 
@@ -90,15 +97,22 @@ def batch(obj: Context, batch_id: str, as_json: bool) -> None:
         data["tasks"] = [t.model_dump(mode="json", exclude={"payload"}) for t in tasks]
         emit_json(data)
         return
-    console.print(f"batch {record.batch_id}  client {record.client_id}  status "
-                  f"[bold]{record.status}[/]  {record.done}/{record.total} done  repo "
-                  f"{record.repo}")
+    console.print(
+        f"batch {record.batch_id}  client {record.client_id}  status "
+        f"[bold]{record.status}[/]  {record.done}/{record.total} done  repo "
+        f"{record.repo}"
+    )
     if record.last_delivery_error:
         console.print(f"last delivery error: {record.last_delivery_error}")
     table = Table("task", "issue", "status", "summary", "url")
     for task in tasks:
-        table.add_row(task.task_id, str(task.issue_number or ""), task.status,
-                      task.result.summary if task.result else "", task.issue_url or "")
+        table.add_row(
+            task.task_id,
+            str(task.issue_number or ""),
+            task.status,
+            task.result.summary if task.result else "",
+            task.issue_url or "",
+        )
     console.print(table)
 
 
@@ -112,8 +126,8 @@ def poll(obj: Context, batch_id: str | None, as_json: bool) -> None:
         app = obj.app()
         app.settings.require_forge()
         rows = app.store.list_batches(
-            lambda r: r["status"] == "running" and batch_id in (None, r["batch_id"]),
-            live_only=True)
+            lambda r: r["status"] == "running" and batch_id in (None, r["batch_id"]), live_only=True
+        )
         if batch_id and not rows:
             app.store.get_batch(batch_id)  # unknown -> exit 3; finished -> nothing to poll
         by_repo: dict[str, list[str]] = {}
@@ -159,8 +173,10 @@ def cancel(obj: Context, batch_id: str, as_json: bool) -> None:
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"{batch_id}: {batch.status}, charged {batch.charged}; the service emits "
-                   "the report (or run `dropbox-eval emit`)")
+        click.echo(
+            f"{batch_id}: {batch.status}, charged {batch.charged}; the service emits "
+            "the report (or run `dropbox-eval emit`)"
+        )
 
 
 @click.command()
@@ -179,8 +195,9 @@ def watch(obj: Context, batch_id: str, interval: float) -> None:
             bar = progress.add_task(batch_id, total=record.total)
             while True:
                 record = store.get_batch(batch_id)
-                progress.update(bar, completed=record.done,
-                                description=f"{batch_id} {record.status}")
+                progress.update(
+                    bar, completed=record.done, description=f"{batch_id} {record.status}"
+                )
                 given_up = record.delivery_attempts and record.next_delivery_at is None
                 if record.emitted_at or (record.status != "running" and given_up):
                     break

@@ -77,14 +77,26 @@ def clients_show(obj: Context, client_id: str | None, as_json: bool) -> None:
         return
     table = Table("client", "balance", "held", "available", "since")
     for row in rows:
-        table.add_row(row["client_id"], str(row["balance"]), str(row["held"]),
-                      str(row["available"]), row["created_at"][:19])
+        table.add_row(
+            row["client_id"],
+            str(row["balance"]),
+            str(row["held"]),
+            str(row["available"]),
+            row["created_at"][:19],
+        )
     console.print(table)
     if client_id:
         entries = Table("at", "kind", "amount", "held", "balance", "batch", "note")
         for e in ledger:
-            entries.add_row(e["at"][:19], e["kind"], str(e["amount"]), str(e["held_change"]),
-                            str(e["balance_after"]), e.get("batch_id") or "", e.get("note") or "")
+            entries.add_row(
+                e["at"][:19],
+                e["kind"],
+                str(e["amount"]),
+                str(e["held_change"]),
+                str(e["balance_after"]),
+                e.get("batch_id") or "",
+                e.get("note") or "",
+            )
         console.print(entries)
 
 

@@ -20,14 +20,24 @@ from .output import console, fail, friendly_errors
 DEMO_BATCH = {
     "batch_ref": "demo-1",
     "tasks": [
-        {"task_id": "t1", "title": "Check the login page renders",
-         "body": "Open /login and confirm the form is shown.",
-         "acceptance": ["form visible", "no console errors"]},
-        {"task_id": "t2", "title": "Check the signup validation",
-         "body": "Submit an empty signup form. lane:fail",
-         "acceptance": ["errors shown for every field"]},
-        {"task_id": "t3", "title": "Check the password reset mail",
-         "body": "Request a reset and read the mail.", "acceptance": ["mail arrives"]},
+        {
+            "task_id": "t1",
+            "title": "Check the login page renders",
+            "body": "Open /login and confirm the form is shown.",
+            "acceptance": ["form visible", "no console errors"],
+        },
+        {
+            "task_id": "t2",
+            "title": "Check the signup validation",
+            "body": "Submit an empty signup form. lane:fail",
+            "acceptance": ["errors shown for every field"],
+        },
+        {
+            "task_id": "t3",
+            "title": "Check the password reset mail",
+            "body": "Request a reset and read the mail.",
+            "acceptance": ["mail arrives"],
+        },
     ],
 }
 
@@ -41,8 +51,14 @@ def demo(obj: Context, lane_delay: float, timeout: float) -> None:
     from ..sandbox import SandboxForge
 
     with friendly_errors(), SandboxForge.from_env(lane_delay=lane_delay) as forge:
-        settings = obj.settings(gitea_url=forge.url, gitea_token=forge.token, owner=forge.user,
-                                repo=None, poll_interval=0.5, quiet_period=0.2)
+        settings = obj.settings(
+            gitea_url=forge.url,
+            gitea_token=forge.token,
+            owner=forge.user,
+            repo=None,
+            poll_interval=0.5,
+            quiet_period=0.2,
+        )
         app = build_app(settings)
         client = app.store.get_client("demo")
         if client is None:
@@ -73,8 +89,7 @@ def _run_until_report(app: App, batch_ref: str, timeout: float) -> Path | None:
             batch_id = app.store.find_batch("demo", batch_ref=batch_ref)
             if batch_id:
                 batch = app.store.get_batch(batch_id)
-                spinner.update(f"batch {batch_id}: {batch.done}/{batch.total} done, "
-                               f"{batch.status}")
+                spinner.update(f"batch {batch_id}: {batch.done}/{batch.total} done, {batch.status}")
                 path = app.settings.outbox_path / f"{batch_id}.json"
                 found = path if path.exists() else None
     service.stop()

@@ -20,8 +20,13 @@ from .output import emit_json, friendly_errors, json_option
 @click.command()
 @click.option("--once", is_flag=True, help="Process what is there, poll, emit, exit.")
 @click.option("--sandbox", is_flag=True, help="Run the embedded sandbox forge and lane.")
-@click.option("--lane-delay", type=float, default=2.0, show_default=True,
-              help="With --sandbox: seconds before the simulated lane closes an issue.")
+@click.option(
+    "--lane-delay",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="With --sandbox: seconds before the simulated lane closes an issue.",
+)
 @click.option("--polling", is_flag=True, help="Poll the inbox (for NFS/SMB shares).")
 @click.pass_obj
 def run(obj: Context, once: bool, sandbox: bool, lane_delay: float, polling: bool) -> None:
@@ -41,10 +46,15 @@ def _maybe_sandbox(obj: Context, enabled: bool, lane_delay: float) -> Iterator[d
     from ..sandbox import SandboxForge
 
     with SandboxForge.from_env(lane_delay=lane_delay) as forge:
-        logging.getLogger("dropbox_eval").info("sandbox forge at %s (token %s)", forge.url,
-                                               forge.token)
-        yield {"gitea_url": forge.url, "gitea_token": forge.token, "owner": forge.user,
-               "repo": None}
+        logging.getLogger("dropbox_eval").info(
+            "sandbox forge at %s (token %s)", forge.url, forge.token
+        )
+        yield {
+            "gitea_url": forge.url,
+            "gitea_token": forge.token,
+            "owner": forge.user,
+            "repo": None,
+        }
 
 
 @click.command()
@@ -64,8 +74,13 @@ def serve(obj: Context, host: str, port: int) -> None:
 
 @click.command()
 @click.option("--port", type=int, default=3000, show_default=True)
-@click.option("--lane-delay", type=float, default=5.0, show_default=True,
-              help="Seconds before the simulated lane closes an issue (negative: no lane).")
+@click.option(
+    "--lane-delay",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds before the simulated lane closes an issue (negative: no lane).",
+)
 def sandbox(port: int, lane_delay: float) -> None:
     """Run the sandbox forge (Gitea API subset + simulated lane) alone."""
     from ..sandbox import SandboxForge
@@ -99,8 +114,9 @@ def status(obj: Context, as_json: bool) -> None:
         emit_json(record)
         return
     state = "running" if record["running"] else "not running"
-    click.echo(f"service: {state} (pid {record.get('pid', '-')}, since "
-               f"{record.get('started_at', '-')})")
+    click.echo(
+        f"service: {state} (pid {record.get('pid', '-')}, since {record.get('started_at', '-')})"
+    )
     click.echo(f"last poll: {record.get('last_poll_at') or '-'}")
     click.echo(f"last error: {record.get('last_error') or '-'}")
     click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))

@@ -67,8 +67,9 @@ class _Skip(Exception):
 class Inbox:
     """Turns ready files into batches via the intake, and files them away."""
 
-    def __init__(self, root: Path, intake: Intake, lifecycle: Lifecycle,
-                 max_file_bytes: int) -> None:
+    def __init__(
+        self, root: Path, intake: Intake, lifecycle: Lifecycle, max_file_bytes: int
+    ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
         self.intake = intake
@@ -137,8 +138,9 @@ class Inbox:
                     result, client_id = self._cancel(path)
                 else:
                     batch, client_id = self._parse(path, raw)
-                    result = self.intake.accept(batch, client_id, source=str(
-                        path.relative_to(self.root)), sha256=sha256)
+                    result = self.intake.accept(
+                        batch, client_id, source=str(path.relative_to(self.root)), sha256=sha256
+                    )
             except BatchRejected as exc:
                 return self._reject(folder_fd, path, exc, sha256, fd)
             return self._accept(folder_fd, path, result, client_id, sha256, fd)
@@ -153,8 +155,10 @@ class Inbox:
             return os.open(folder.name, fsops.DIR_FLAGS, dir_fd=root_fd)
         except OSError as exc:
             if fsops.is_symlink_at(root_fd, folder.name):
-                raise _Skip("symlinked_folder", f"client folder {folder.name!r} is a "
-                            "symbolic link; files in it are ignored") from exc
+                raise _Skip(
+                    "symlinked_folder",
+                    f"client folder {folder.name!r} is a symbolic link; files in it are ignored",
+                ) from exc
             raise
         finally:
             os.close(root_fd)
@@ -178,8 +182,9 @@ class Inbox:
             fd = os.open(name, fsops.FILE_FLAGS, dir_fd=folder_fd)
         except OSError as exc:
             if fsops.is_symlink_at(folder_fd, name):
-                raise BatchRejected("symlink", "symbolic links are refused; upload the file "
-                                    "itself") from exc
+                raise BatchRejected(
+                    "symlink", "symbolic links are refused; upload the file itself"
+                ) from exc
             raise
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode) or opened.st_ino != info.st_ino:
@@ -201,21 +206,30 @@ class Inbox:
         check_size(total, self.max_file_bytes)
         after = os.fstat(fd)
         if signature(after) != signature(before) or total != after.st_size:
-            raise _Skip("changed", "the file changed while being read; it will be read again "
-                        "once it stays unchanged")
+            raise _Skip(
+                "changed",
+                "the file changed while being read; it will be read again once it stays unchanged",
+            )
         return b"".join(chunks)
 
     def _parse(self, path: Path, raw: bytes) -> tuple[BatchFile, str]:
-        batch = parse_batch(raw, max_bytes=self.max_file_bytes,
-                            max_tasks=self.intake.settings.max_tasks)
+        batch = parse_batch(
+            raw, max_bytes=self.max_file_bytes, max_tasks=self.intake.settings.max_tasks
+        )
         folder_client = self.client_folder(path)
         client_id = folder_client or batch.client_id
         if client_id is None:
-            raise BatchRejected("missing_client_id", "client_id is required for files dropped "
-                                "at the top of the inbox", field="client_id")
+            raise BatchRejected(
+                "missing_client_id",
+                "client_id is required for files dropped at the top of the inbox",
+                field="client_id",
+            )
         if folder_client is not None and not is_valid_id(folder_client):
-            raise BatchRejected("invalid_batch", f"folder name {folder_client!r} is not a "
-                                "valid client id", field="client_id")
+            raise BatchRejected(
+                "invalid_batch",
+                f"folder name {folder_client!r} is not a valid client id",
+                field="client_id",
+            )
         return batch, client_id
 
     def _cancel(self, path: Path) -> tuple[dict[str, Any], str]:
@@ -224,18 +238,25 @@ class Inbox:
         assert match is not None
         batch_id, client_id = match.group(1), self.client_folder(path)
         if client_id is None:
-            raise BatchRejected("missing_client_id", "cancel files go in the client's folder, "
-                                "inbox/<client_id>/cancel-<batch_id>.json")
+            raise BatchRejected(
+                "missing_client_id",
+                "cancel files go in the client's folder, inbox/<client_id>/cancel-<batch_id>.json",
+            )
         try:
             batch = self.store.get_batch(batch_id)
         except NotFoundError:
             batch = None
         if batch is None or batch.client_id != client_id:
-            raise BatchRejected("unknown_batch", f"you have no batch {batch_id!r}",
-                                batch_id=batch_id)
+            raise BatchRejected(
+                "unknown_batch", f"you have no batch {batch_id!r}", batch_id=batch_id
+            )
         if batch.status.is_finished:
-            raise BatchRejected("not_running", f"batch {batch_id} is already {batch.status}",
-                                batch_id=batch_id, status=batch.status)
+            raise BatchRejected(
+                "not_running",
+                f"batch {batch_id} is already {batch.status}",
+                batch_id=batch_id,
+                status=batch.status,
+            )
         status: str
         try:
             status = self.lifecycle.cancel(batch_id).status
@@ -246,27 +267,49 @@ class Inbox:
 
     # -- filing away ----------------------------------------------------------------------
 
-    def _accept(self, folder_fd: int, path: Path, result: dict[str, Any], client_id: str,
-                sha256: str, fd: int) -> Outcome:
-        receipt = {**result, "client_id": client_id, "sha256": sha256, "file": path.name,
-                   "accepted_at": utcnow().isoformat()}
+    def _accept(
+        self,
+        folder_fd: int,
+        path: Path,
+        result: dict[str, Any],
+        client_id: str,
+        sha256: str,
+        fd: int,
+    ) -> Outcome:
+        receipt = {
+            **result,
+            "client_id": client_id,
+            "sha256": sha256,
+            "file": path.name,
+            "accepted_at": utcnow().isoformat(),
+        }
         final = self._file_away(folder_fd, path, "accepted", receipt, fd)
         if final is not None and not result.get("duplicate") and not result.get("cancel"):
             self.store.update_batch(result["batch_id"], filed=True)
-        log.info("file %s: accepted as batch %s%s", path, result["batch_id"],
-                 " (duplicate of an earlier drop)" if result.get("duplicate") else "")
+        log.info(
+            "file %s: accepted as batch %s%s",
+            path,
+            result["batch_id"],
+            " (duplicate of an earlier drop)" if result.get("duplicate") else "",
+        )
         return Outcome("accepted", final, receipt)
 
-    def _reject(self, folder_fd: int, path: Path, error: BatchRejected,
-                sha256: str | None, fd: int | None) -> Outcome:
-        document = {**error.as_dict(), "file": path.name, "sha256": sha256,
-                    "rejected_at": utcnow().isoformat()}
+    def _reject(
+        self, folder_fd: int, path: Path, error: BatchRejected, sha256: str | None, fd: int | None
+    ) -> Outcome:
+        document = {
+            **error.as_dict(),
+            "file": path.name,
+            "sha256": sha256,
+            "rejected_at": utcnow().isoformat(),
+        }
         final = self._file_away(folder_fd, path, "rejected", document, fd)
         log.warning("file %s: rejected (%s): %s", path, error.reason, error.message)
         return Outcome("rejected", final, document)
 
-    def _file_away(self, folder_fd: int, path: Path, outcome: str, document: dict[str, Any],
-                   fd: int | None) -> Path | None:
+    def _file_away(
+        self, folder_fd: int, path: Path, outcome: str, document: dict[str, Any], fd: int | None
+    ) -> Path | None:
         """Write the receipt/error file, then move the drop beside it (receipt first, so a
         client that sees its file moved also sees why). Only the file that was read (`fd`)
         is moved: a new upload that took its name meanwhile stays in the inbox."""
@@ -306,5 +349,8 @@ def _check_outcome_folder(folder_fd: int, path: Path, outcome: str) -> None:
 
 
 def _unusable_outcome_folder(path: Path, outcome: str, why: object) -> _Skip:
-    return _Skip("outcome_folder_unusable", f"{path.parent / outcome} is not a plain folder "
-                 f"({why}); nothing is filed through it, the file stays where it is")
+    return _Skip(
+        "outcome_folder_unusable",
+        f"{path.parent / outcome} is not a plain folder "
+        f"({why}); nothing is filed through it, the file stays where it is",
+    )

@@ -85,8 +85,11 @@ def choose_target(out_fd: int, name: str, suffix: str, document: dict[str, Any])
 
 
 def _same_filing(earlier: Any, document: dict[str, Any]) -> bool:
-    return (isinstance(earlier, dict) and earlier.get("sha256") == document.get("sha256")
-            and earlier.get("batch_id") == document.get("batch_id"))
+    return (
+        isinstance(earlier, dict)
+        and earlier.get("sha256") == document.get("sha256")
+        and earlier.get("batch_id") == document.get("batch_id")
+    )
 
 
 _ABSENT = object()
@@ -147,6 +150,12 @@ def _read_all(fd: int) -> bytes:
 
 
 def kind(mode: int) -> str:
-    kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device",
-             stat.S_IFBLK: "a device", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a link"}
+    kinds = {
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a device",
+        stat.S_IFBLK: "a device",
+        stat.S_IFDIR: "a directory",
+        stat.S_IFLNK: "a link",
+    }
     return kinds.get(stat.S_IFMT(mode), "not a regular file")

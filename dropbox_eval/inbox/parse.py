@@ -18,9 +18,12 @@ from ..models import BatchFile
 
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _UTF8_BOM = b"\xef\xbb\xbf"
-_UTF16_32_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32",
-                  b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
-
+_UTF16_32_BOMS = {
+    b"\xff\xfe\x00\x00": "UTF-32",
+    b"\x00\x00\xfe\xff": "UTF-32",
+    b"\xff\xfe": "UTF-16",
+    b"\xfe\xff": "UTF-16",
+}
 
 
 def parse_batch(raw: bytes, *, max_bytes: int, max_tasks: int) -> BatchFile:
@@ -31,8 +34,9 @@ def parse_batch(raw: bytes, *, max_bytes: int, max_tasks: int) -> BatchFile:
     text = _decode(raw)
     document = _load_json(text)
     if not isinstance(document, dict):
-        raise BatchRejected("invalid_batch", "the document must be a JSON object",
-                            field="(document)")
+        raise BatchRejected(
+            "invalid_batch", "the document must be a JSON object", field="(document)"
+        )
     if _SURROGATE_ESCAPE_RE.search(text):
         _refuse_lone_surrogates(document)
     tasks = document.get("tasks")
@@ -47,15 +51,17 @@ def parse_batch(raw: bytes, *, max_bytes: int, max_tasks: int) -> BatchFile:
 def check_size(size: int, limit: int) -> None:
     """Reject a document over the byte limit (before it is read in full, where possible)."""
     if size > limit:
-        raise BatchRejected("too_large", f"the batch is {size} bytes; the limit is {limit}",
-                            limit=limit)
+        raise BatchRejected(
+            "too_large", f"the batch is {size} bytes; the limit is {limit}", limit=limit
+        )
 
 
 def check_task_count(count: int, limit: int) -> None:
     """Reject a batch with more tasks than the per-batch limit."""
     if count > limit:
-        raise BatchRejected("too_many_tasks", f"{count} tasks; the limit is {limit}",
-                            field="tasks", limit=limit)
+        raise BatchRejected(
+            "too_many_tasks", f"{count} tasks; the limit is {limit}", field="tasks", limit=limit
+        )
 
 
 def rejection_from_validation(exc: ValidationError) -> BatchRejected:
@@ -63,28 +69,40 @@ def rejection_from_validation(exc: ValidationError) -> BatchRejected:
     first = exc.errors()[0]
     path = ".".join(str(part) for part in first["loc"]) or "(document)"
     return BatchRejected(
-        "invalid_batch", f"{path}: {first['msg']}", field=path,
-        errors=[{"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
-                for e in exc.errors()[:20]],
+        "invalid_batch",
+        f"{path}: {first['msg']}",
+        field=path,
+        errors=[
+            {"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
+            for e in exc.errors()[:20]
+        ],
     )
 
 
 def _decode(raw: bytes) -> str:
     for bom, encoding in _UTF16_32_BOMS.items():
         if raw.startswith(bom):
-            raise BatchRejected("invalid_encoding", f"the file is {encoding} (it starts with a "
-                                f"{encoding} byte-order mark); save it as UTF-8")
+            raise BatchRejected(
+                "invalid_encoding",
+                f"the file is {encoding} (it starts with a "
+                f"{encoding} byte-order mark); save it as UTF-8",
+            )
     if b"\x00" in raw[:4]:  # JSON text cannot start with NUL; UTF-16/32 without a BOM does
-        raise BatchRejected("invalid_encoding", "the file looks like UTF-16 or UTF-32 (NUL "
-                            "bytes between the first characters); save it as UTF-8")
+        raise BatchRejected(
+            "invalid_encoding",
+            "the file looks like UTF-16 or UTF-32 (NUL "
+            "bytes between the first characters); save it as UTF-8",
+        )
     body = raw.removeprefix(_UTF8_BOM)  # RFC 8259 lets parsers ignore a UTF-8 BOM: we do
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         position = len(raw) - len(body) + exc.start
-        raise BatchRejected("invalid_encoding", f"the file is not UTF-8 (byte {position} is "
-                            f"0x{raw[position]:02x}); save it as UTF-8", byte=position
-                            ) from exc
+        raise BatchRejected(
+            "invalid_encoding",
+            f"the file is not UTF-8 (byte {position} is 0x{raw[position]:02x}); save it as UTF-8",
+            byte=position,
+        ) from exc
 
 
 def _load_json(text: str) -> Any:
@@ -95,9 +113,12 @@ def _load_json(text: str) -> Any:
     except json.JSONDecodeError as exc:
         ended_early = exc.pos >= len(text.rstrip())
         hint = " (the file ends early: an interrupted upload?)" if ended_early else ""
-        raise BatchRejected("invalid_json", f"not valid JSON: {exc.msg} at line {exc.lineno} "
-                            f"column {exc.colno}{hint}", line=exc.lineno, column=exc.colno
-                            ) from exc
+        raise BatchRejected(
+            "invalid_json",
+            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{hint}",
+            line=exc.lineno,
+            column=exc.colno,
+        ) from exc
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise BatchRejected("invalid_json", f"not valid JSON: {exc}") from exc
 
@@ -112,8 +133,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise BatchRejected("invalid_json", f"duplicate key {key!r} in one object "
-                                    "(JSON readers disagree on which value wins)", field=key)
+                raise BatchRejected(
+                    "invalid_json",
+                    f"duplicate key {key!r} in one object "
+                    "(JSON readers disagree on which value wins)",
+                    field=key,
+                )
             seen.add(key)
     return document
 
@@ -132,6 +157,9 @@ def _refuse_lone_surrogates(document: Any) -> None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as exc:
-                raise BatchRejected("invalid_encoding", "a string contains an unpaired UTF-16 "
-                                    "surrogate escape (\\ud800-\\udfff); every string must be "
-                                    "valid Unicode") from exc
+                raise BatchRejected(
+                    "invalid_encoding",
+                    "a string contains an unpaired UTF-16 "
+                    "surrogate escape (\\ud800-\\udfff); every string must be "
+                    "valid Unicode",
+                ) from exc

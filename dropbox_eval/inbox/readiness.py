@@ -156,8 +156,7 @@ class ReadinessTracker:
             if self._ignored.get(path) == key:
                 return
             self._ignored[path] = key
-        log.warning("file %s: not a regular file (%s); ignored", path,
-                    kind(info.st_mode))
+        log.warning("file %s: not a regular file (%s); ignored", path, kind(info.st_mode))
 
 
 def _fresh_signature(path: Path) -> Signature | None:

@@ -52,14 +52,23 @@ from .scan import OUTCOME_DIRS, candidates, is_candidate_name
 log = logging.getLogger("dropbox_eval")
 
 WATCHED_EVENTS: list[type[FileSystemEvent]] = [
-    FileCreatedEvent, FileModifiedEvent, FileAttribEvent, FileMovedEvent, FileClosedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileAttribEvent,
+    FileMovedEvent,
+    FileClosedEvent,
 ]
 SUPERVISE_SECONDS = 1.0
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, root: Path, on_path: Callable[[Path], None], wake: threading.Event,
-                 on_renamed: Callable[[Path], None] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        on_path: Callable[[Path], None],
+        wake: threading.Event,
+        on_renamed: Callable[[Path], None] | None = None,
+    ) -> None:
         self.root = root
         self.on_path = on_path
         self.wake = wake
@@ -83,18 +92,28 @@ class _Handler(FileSystemEventHandler):
         if event.event_type != EVENT_TYPE_MOVED or event.is_synthetic or not (src and dest):
             return False
         source = Path(src)
-        return (source.is_relative_to(self.root) and source != self.root
-                and not is_candidate_name(self.root, source)
-                and is_candidate_name(self.root, Path(dest)))
+        return (
+            source.is_relative_to(self.root)
+            and source != self.root
+            and not is_candidate_name(self.root, source)
+            and is_candidate_name(self.root, Path(dest))
+        )
 
 
 class InboxWatcher:
     """Runs a (polling, for network shares) observer over the inbox, recursively."""
 
-    def __init__(self, root: Path, on_path: Callable[[Path], None], wake: threading.Event,
-                 *, on_renamed: Callable[[Path], None] | None = None, polling: bool = False,
-                 poll_seconds: float = 1.0,
-                 supervise_seconds: float = SUPERVISE_SECONDS) -> None:
+    def __init__(
+        self,
+        root: Path,
+        on_path: Callable[[Path], None],
+        wake: threading.Event,
+        *,
+        on_renamed: Callable[[Path], None] | None = None,
+        polling: bool = False,
+        poll_seconds: float = 1.0,
+        supervise_seconds: float = SUPERVISE_SECONDS,
+    ) -> None:
         """`on_path` gets every path an event names (a wake-up); `on_renamed`, if given, gets
         the destination of a rename into place instead (inotify only, see the module
         docstring)."""
@@ -110,8 +129,9 @@ class InboxWatcher:
         self._stopping = threading.Event()
         self._identity = _identity(root)
         self.observer = self._build()
-        self._supervisor = threading.Thread(target=self._supervise, name="inbox-supervisor",
-                                            daemon=True)
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="inbox-supervisor", daemon=True
+        )
 
     def start(self) -> None:
         """Start the observer thread and its supervisor."""
@@ -139,8 +159,9 @@ class InboxWatcher:
     def _build(self) -> BaseObserver:
         observer: BaseObserver
         if self.polling:
-            observer = PollingObserverVFS(os.lstat, _inbox_listdir(self.root),
-                                          polling_interval=self.poll_seconds)
+            observer = PollingObserverVFS(
+                os.lstat, _inbox_listdir(self.root), polling_interval=self.poll_seconds
+            )
         else:
             observer = Observer()
         observer.daemon = True
@@ -166,8 +187,11 @@ class InboxWatcher:
                 return
             if identity == self._identity and _alive(self.observer):
                 return
-            log.warning("inbox watcher: %s stopped delivering events (folder replaced or "
-                        "observer stopped); restarting it", self.root)
+            log.warning(
+                "inbox watcher: %s stopped delivering events (folder replaced or "
+                "observer stopped); restarting it",
+                self.root,
+            )
             _stop(self.observer)
             self._identity = identity
             self.observer = self._build()
@@ -205,9 +229,12 @@ def _inbox_listdir(root: Path) -> Callable[[str | None], Iterator[os.DirEntry[st
         if depth > 1:
             return iter(())
         with os.scandir(folder) as entries:
-            kept = [e for e in entries
-                    if not e.name.startswith(".")
-                    and not (e.name in OUTCOME_DIRS and e.is_dir(follow_symlinks=False))]
+            kept = [
+                e
+                for e in entries
+                if not e.name.startswith(".")
+                and not (e.name in OUTCOME_DIRS and e.is_dir(follow_symlinks=False))
+            ]
         return iter(kept)
 
     return listdir

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 def create_app(state: ForgeState, lane: SimulatedLane | None = None) -> FastAPI:
     """Build the Gitea-compatible app serving `state` (and controlling `lane`, if any)."""
-    app = FastAPI(title="dropbox-eval sandbox forge", docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="dropbox-eval sandbox forge", docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.forge = state
     app.state.lane = lane
     app.include_router(routes_issues.router)  # hot path first: fewer route matches

@@ -38,7 +38,10 @@ class FailForOption(BaseModel):
 async def add_faults(request: Request, opt: FaultsOption) -> JSONResponse:
     """Fail the next `count` matching API requests."""
     forge(request).faults.fail_next(
-        opt.count, opt.status, retry_after=opt.retry_after, path_contains=opt.path_contains,
+        opt.count,
+        opt.status,
+        retry_after=opt.retry_after,
+        path_contains=opt.path_contains,
         method=opt.method,
     )
     return reply({"ok": True})

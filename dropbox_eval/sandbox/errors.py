@@ -6,9 +6,7 @@ from __future__ import annotations
 class ForgeError(Exception):
     """An API error that is answered as a Gitea-style JSON body."""
 
-    def __init__(
-        self, status: int, message: str, extra: dict[str, object] | None = None
-    ) -> None:
+    def __init__(self, status: int, message: str, extra: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

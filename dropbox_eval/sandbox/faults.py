@@ -64,8 +64,13 @@ class Faults:
         self.delay = 0.0
 
     def fail_next(
-        self, count: int, status: int = 503, *, retry_after: int | None = None,
-        path_contains: str = "", method: str = "",
+        self,
+        count: int,
+        status: int = 503,
+        *,
+        retry_after: int | None = None,
+        path_contains: str = "",
+        method: str = "",
     ) -> None:
         """Make the next `count` API requests fail whose path contains `path_contains`
         and, if `method` is given, whose method is `method` (e.g. POST only)."""
@@ -122,13 +127,13 @@ class RequestLog:
         with self._lock:
             return list(self._started)
 
-    def wait_started(
-        self, method: str, path_contains: str, timeout: float, count: int = 1
-    ) -> bool:
+    def wait_started(self, method: str, path_contains: str, timeout: float, count: int = 1) -> bool:
         """Block until `count` requests `method ...path_contains...` have started."""
+
         def seen() -> bool:
-            hits = [e for e in self._started
-                    if e.method == method.upper() and path_contains in e.path]
+            hits = [
+                e for e in self._started if e.method == method.upper() and path_contains in e.path
+            ]
             return len(hits) >= count
 
         with self._lock:

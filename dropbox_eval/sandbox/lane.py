@@ -23,8 +23,13 @@ class SimulatedLane:
     """Background thread applying `config` every `config.interval` seconds."""
 
     def __init__(
-        self, state: ForgeState, delay: float = 5.0, interval: float = 0.1, *,
-        config: LaneConfig | None = None, hold_all: bool = False,
+        self,
+        state: ForgeState,
+        delay: float = 5.0,
+        interval: float = 0.1,
+        *,
+        config: LaneConfig | None = None,
+        hold_all: bool = False,
     ) -> None:
         self.state = state
         self.config = config or LaneConfig(delay=delay, interval=interval)
@@ -86,8 +91,10 @@ class SimulatedLane:
 
     def _due(self, config: LaneConfig, now: float) -> list[Issue]:
         return [
-            issue for issue in list(self.state.open_issues.values())
-            if not issue.is_pull and now - issue.created >= config.delay
+            issue
+            for issue in list(self.state.open_issues.values())
+            if not issue.is_pull
+            and now - issue.created >= config.delay
             and not self.gate.is_held(issue.repo.owner.login, issue.repo.name, issue.number)
             and any(label.name == TASK_LABEL for label in issue.labels.values())
         ]

@@ -185,8 +185,12 @@ class Issue:
         """Gitea's `PullRequestMeta` for a PR, None for a plain issue."""
         if self.pull is None:
             return None
-        return {"merged": self.pull.merged is not None, "merged_at": iso(self.pull.merged),
-                "draft": False, "html_url": self.html_url(base_url)}
+        return {
+            "merged": self.pull.merged is not None,
+            "merged_at": iso(self.pull.merged),
+            "draft": False,
+            "html_url": self.html_url(base_url),
+        }
 
     def label_list(self) -> list[Label]:
         """Labels on the issue ordered by name then id (like Gitea)."""

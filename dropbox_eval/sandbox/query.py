@@ -47,9 +47,7 @@ def parse_time(value: str | None) -> int | None:
     """Parse a strict RFC3339 time (Z or offset) to whole unix seconds; bad values -> 422."""
     if value is None or value == "":
         return None
-    error = ForgeError(
-        422, f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse'
-    )
+    error = ForgeError(422, f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse')
     if not _RFC3339.match(value):
         raise error
     try:

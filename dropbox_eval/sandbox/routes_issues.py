@@ -43,8 +43,14 @@ async def create_issue(request: Request, owner: str, repo: str) -> JSONResponse:
     opt = await body(request, CreateIssueOption)
     people = list(opt.assignees or []) + ([opt.assignee] if opt.assignee else [])
     issue = forge(request).create_issue(
-        owner, repo, login(request), opt.title, body=opt.body or "",
-        labels=opt.labels or [], assignees=people, closed=bool(opt.closed),
+        owner,
+        repo,
+        login(request),
+        opt.title,
+        body=opt.body or "",
+        labels=opt.labels or [],
+        assignees=people,
+        closed=bool(opt.closed),
     )
     return reply(issue, 201)
 
@@ -54,8 +60,11 @@ async def repo_comments(request: Request, owner: str, repo: str) -> JSONResponse
     """Repo-wide comments; unpaginated unless `page` is given."""
     params = request.query_params
     items, total = forge(request).repo_comments(
-        owner, repo, since=parse_time(params.get("since")),
-        before=parse_time(params.get("before")), page=int_param(request, "page"),
+        owner,
+        repo,
+        since=parse_time(params.get("since")),
+        before=parse_time(params.get("before")),
+        page=int_param(request, "page"),
         limit=int_param(request, "limit"),
     )
     return reply(items, headers=total_headers(total))
@@ -72,7 +81,12 @@ async def edit_issue(request: Request, owner: str, repo: str, number: str) -> JS
     """Edit an issue; answers 201 like Gitea."""
     opt = await body(request, EditIssueOption)
     issue = forge(request).edit_issue(
-        owner, repo, index(number), title=opt.title, body=opt.body, state=opt.state,
+        owner,
+        repo,
+        index(number),
+        title=opt.title,
+        body=opt.body,
+        state=opt.state,
         doer=login(request),
     )
     return reply(issue, 201)
@@ -90,7 +104,10 @@ async def issue_comments(request: Request, owner: str, repo: str, number: str) -
     """All comments of an issue (missing issue: 500 on Gitea, 404 on Forgejo)."""
     params = request.query_params
     items = forge(request).issue_comments(
-        owner, repo, index(number, quirk_500=_quirk(request)), parse_time(params.get("since")),
+        owner,
+        repo,
+        index(number, quirk_500=_quirk(request)),
+        parse_time(params.get("since")),
         parse_time(params.get("before")),
     )
     return reply(items, headers=total_headers(len(items)))
@@ -117,8 +134,9 @@ async def add_issue_labels(request: Request, owner: str, repo: str, number: str)
     """Add labels by ids or names; answers all labels now on the issue."""
     opt = await body(request, IssueLabelsOption)
     ids, names = split_labels(opt.labels or [])
-    labels = forge(request).add_issue_labels(owner, repo, index(number), ids, names,
-                                             doer=login(request))
+    labels = forge(request).add_issue_labels(
+        owner, repo, index(number), ids, names, doer=login(request)
+    )
     return reply(labels)
 
 

@@ -27,19 +27,25 @@ async def current_user(request: Request) -> JSONResponse:
 @router.get("/settings/api")
 async def api_settings() -> JSONResponse:
     """Paging limits, like Gitea's defaults."""
-    return reply({
-        "max_response_items": MAX_RESPONSE_ITEMS,
-        "default_paging_num": DEFAULT_PAGING_NUM,
-        "default_git_trees_per_page": 1000,
-        "default_max_blob_size": 10485760,
-    })
+    return reply(
+        {
+            "max_response_items": MAX_RESPONSE_ITEMS,
+            "default_paging_num": DEFAULT_PAGING_NUM,
+            "default_git_trees_per_page": 1000,
+            "default_max_blob_size": 10485760,
+        }
+    )
 
 
 async def _create_repo(request: Request, owner: str, *, org_only: bool) -> JSONResponse:
     opt = await body(request, CreateRepoOption)
     repo = forge(request).create_repo(
-        owner, opt.name, description=opt.description or "", private=bool(opt.private),
-        auto_init=bool(opt.auto_init), org_only=org_only,
+        owner,
+        opt.name,
+        description=opt.description or "",
+        private=bool(opt.private),
+        auto_init=bool(opt.auto_init),
+        org_only=org_only,
     )
     return reply(repo, 201)
 

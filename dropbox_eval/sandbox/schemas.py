@@ -9,10 +9,23 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ForgeError
 
-_GO_TYPES = {"int_type": "int64", "string_type": "string", "bool_type": "bool",
-             "list_type": "array", "model_type": "object", "dict_type": "object"}
-_JSON_TYPES = {str: "string", int: "number", float: "number", bool: "bool", list: "array",
-               dict: "object", type(None): "null"}
+_GO_TYPES = {
+    "int_type": "int64",
+    "string_type": "string",
+    "bool_type": "bool",
+    "list_type": "array",
+    "model_type": "object",
+    "dict_type": "object",
+}
+_JSON_TYPES = {
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "bool",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
 
 
 class _Option(BaseModel):

@@ -23,17 +23,25 @@ class SandboxForge:
     """
 
     def __init__(
-        self, *, port: int = 0, token: str = "sandbox-token", user: str = "eval",
-        lane_delay: float | None = None, lane_interval: float = 0.1,
-        flavor: FlavorName = "gitea", repo_quota: int | None = None,
-        lane: LaneConfig | None = None, hold_lane: bool = False,
+        self,
+        *,
+        port: int = 0,
+        token: str = "sandbox-token",
+        user: str = "eval",
+        lane_delay: float | None = None,
+        lane_interval: float = 0.1,
+        flavor: FlavorName = "gitea",
+        repo_quota: int | None = None,
+        lane: LaneConfig | None = None,
+        hold_lane: bool = False,
     ) -> None:
         self.port = port
         self.token = token
         self.user = user
         self.url = f"http://127.0.0.1:{port}"
-        self.state = ForgeState(token=token, user=user, base_url=self.url,
-                                flavor=Flavor(flavor, repo_quota))
+        self.state = ForgeState(
+            token=token, user=user, base_url=self.url, flavor=Flavor(flavor, repo_quota)
+        )
         self.lane: SimulatedLane | None = None
         if lane is None and lane_delay is not None:
             lane = LaneConfig(delay=lane_delay, interval=lane_interval)
@@ -43,15 +51,23 @@ class SandboxForge:
 
     @classmethod
     def from_env(
-        cls, *, port: int = 0, lane_delay: float | None = None,
+        cls,
+        *,
+        port: int = 0,
+        lane_delay: float | None = None,
         options: SandboxOptions | None = None,
     ) -> SandboxForge:
         """A forge configured by `SANDBOX_*` variables (see `options`); no lane if
         `lane_delay` is None. ValueError on a bad variable."""
         opts = options or SandboxOptions.from_env()
         lane = None if lane_delay is None else opts.lane_config(lane_delay)
-        return cls(port=port, flavor=opts.flavor, repo_quota=opts.repo_quota, lane=lane,
-                   hold_lane=opts.lane_held)
+        return cls(
+            port=port,
+            flavor=opts.flavor,
+            repo_quota=opts.repo_quota,
+            lane=lane,
+            hold_lane=opts.lane_held,
+        )
 
     def start(self) -> SandboxForge:
         """Serve in a background thread and wait until the socket is bound."""
@@ -78,7 +94,9 @@ class SandboxForge:
         return self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
@@ -118,13 +136,19 @@ class SandboxForge:
         return self.state.all_issues(owner, repo)
 
     def fail_next(
-        self, count: int, status: int = 503, *, retry_after: int | None = None,
-        path_contains: str = "", method: str = "",
+        self,
+        count: int,
+        status: int = 503,
+        *,
+        retry_after: int | None = None,
+        path_contains: str = "",
+        method: str = "",
     ) -> None:
         """The next `count` API requests matching path (and `method`, if given) answer
         `status` without side effects."""
-        self.state.faults.fail_next(count, status, retry_after=retry_after,
-                                    path_contains=path_contains, method=method)
+        self.state.faults.fail_next(
+            count, status, retry_after=retry_after, path_contains=path_contains, method=method
+        )
 
     def set_delay(self, seconds: float) -> None:
         """Every API request sleeps `seconds` before answering."""

@@ -25,8 +25,16 @@ class ForgeState(PullsMixin):
 
     # ----- issues -------------------------------------------------------------------------
     def create_issue(
-        self, owner: str, name: str, poster: str, title: str, *, body: str = "",
-        labels: Iterable[int] = (), assignees: Iterable[str] = (), closed: bool = False,
+        self,
+        owner: str,
+        name: str,
+        poster: str,
+        title: str,
+        *,
+        body: str = "",
+        labels: Iterable[int] = (),
+        assignees: Iterable[str] = (),
+        closed: bool = False,
     ) -> JSON:
         """Create an issue; unknown label ids are silently dropped (like Gitea)."""
         if not title.strip():
@@ -36,8 +44,9 @@ class ForgeState(PullsMixin):
             people = [self._assignee(login) for login in assignees]
             issue = self._new_issue(repo, self._account(poster), title, body)
             issue.assignees = people
-            self._add_labels(issue, [repo.labels[i] for i in labels if i in repo.labels],
-                             issue.poster)
+            self._add_labels(
+                issue, [repo.labels[i] for i in labels if i in repo.labels], issue.poster
+            )
             if closed:
                 self._set_closed(issue, True, issue.poster)
             return issue.to_json(self.base_url)
@@ -79,8 +88,15 @@ class ForgeState(PullsMixin):
             yield issue
 
     def edit_issue(
-        self, owner: str, name: str, number: int, *, title: str | None = None,
-        body: str | None = None, state: str | None = None, doer: str | None = None,
+        self,
+        owner: str,
+        name: str,
+        number: int,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        state: str | None = None,
+        doer: str | None = None,
     ) -> JSON:
         """Edit title/body/state (empty title ignored like Gitea); 412 on an unknown state."""
         if state is not None and state not in ("open", "closed"):
@@ -88,8 +104,9 @@ class ForgeState(PullsMixin):
         with self.lock:
             issue = self._issue(self._repo(owner, name), number)
             if state is not None and issue.pull is not None and issue.pull.merged is not None:
-                raise ForgeError(412, "cannot change state of this pull request, it was "
-                                      "already merged")
+                raise ForgeError(
+                    412, "cannot change state of this pull request, it was already merged"
+                )
             if title:
                 issue.title = self.flavor.cut_title(title)
             if body is not None:
@@ -118,7 +135,11 @@ class ForgeState(PullsMixin):
 
     # ----- comments and timeline ----------------------------------------------------------
     def issue_comments(
-        self, owner: str, name: str, number: int, since: int | None = None,
+        self,
+        owner: str,
+        name: str,
+        number: int,
+        since: int | None = None,
         before: int | None = None,
     ) -> list[JSON]:
         """All comments of an issue, oldest first; a missing issue: Gitea 500, Forgejo 404."""
@@ -136,8 +157,15 @@ class ForgeState(PullsMixin):
             return self._add_comment(issue, self._account(poster), body).to_json(self.base_url)
 
     def timeline(
-        self, owner: str, name: str, number: int, *, since: int | None = None,
-        before: int | None = None, page: int | None = None, limit: int | None = None,
+        self,
+        owner: str,
+        name: str,
+        number: int,
+        *,
+        since: int | None = None,
+        before: int | None = None,
+        page: int | None = None,
+        limit: int | None = None,
     ) -> list[JSON]:
         """Comments and events oldest first; all of them unless `page` >= 1 (like Gitea)."""
         with self.lock:
@@ -149,8 +177,14 @@ class ForgeState(PullsMixin):
             return [entry_json(entry, self.base_url) for entry in chosen]
 
     def repo_comments(
-        self, owner: str, name: str, *, since: int | None = None, before: int | None = None,
-        page: int | None = None, limit: int | None = None,
+        self,
+        owner: str,
+        name: str,
+        *,
+        since: int | None = None,
+        before: int | None = None,
+        page: int | None = None,
+        limit: int | None = None,
     ) -> tuple[list[JSON], int]:
         """Repo-wide comments oldest first; unpaginated unless `page` >= 1. (page, total)."""
         with self.lock:
@@ -170,8 +204,13 @@ class ForgeState(PullsMixin):
             return self._labels_json(repo, self._issue(repo, number).label_list())
 
     def add_issue_labels(
-        self, owner: str, name: str, number: int, ids: Iterable[int] = (),
-        names: Iterable[str] = (), doer: str | None = None,
+        self,
+        owner: str,
+        name: str,
+        number: int,
+        ids: Iterable[int] = (),
+        names: Iterable[str] = (),
+        doer: str | None = None,
     ) -> list[JSON]:
         """Add repo labels by id and/or name (unknown ones ignored); returns all labels."""
         with self.lock:
@@ -183,7 +222,13 @@ class ForgeState(PullsMixin):
             return self._labels_json(repo, issue.label_list())
 
     def finish_issue(
-        self, owner: str, name: str, number: int, *, comment: str | None, labels: list[str],
+        self,
+        owner: str,
+        name: str,
+        number: int,
+        *,
+        comment: str | None,
+        labels: list[str],
         author: str = LANE_BOT,
     ) -> None:
         """Comment (if any), add labels by name (creating missing ones), then close."""
@@ -217,12 +262,11 @@ class ForgeState(PullsMixin):
             self._set_closed(issue, True, self._account(author))
 
 
-def _in_window(
-    comments: Iterable[Comment], since: int | None, before: int | None
-) -> list[Comment]:
+def _in_window(comments: Iterable[Comment], since: int | None, before: int | None) -> list[Comment]:
     """Comments whose whole-second `updated` lies in [since, before]."""
     return [
-        c for c in comments
+        c
+        for c in comments
         if (since is None or int(c.updated) >= since)
         and (before is None or int(c.updated) <= before)
     ]
