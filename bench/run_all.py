@@ -25,6 +25,8 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "poll": ([], ["--tasks", "1000"]),
     "history": ([], ["--batches", "40"]),
     "latency": ([], ["--drops", "5"]),
+    "isolation": ([], ["--drops", "8"]),
+    "sftp": ([], ["--drops", "5"]),
     "rss": ([], ["--batches", "2", "--tasks", "2000"]),
 }
 

@@ -1,0 +1,176 @@
+"""Every batch ends, and one slow peer or one bad batch never stalls the rest (issue 9)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import read_json, tasks, wait_for
+
+from dropbox_eval.api import create_api
+from dropbox_eval.app import App, build_app
+from dropbox_eval.config import Settings
+from dropbox_eval.fileio import write_atomically
+from dropbox_eval.models import BatchStatus, TaskStatus, utcnow
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import Service
+from dropbox_eval.webserver import BackgroundServer
+
+
+@pytest.fixture(params=["gitea", "forgejo"])
+def flavoured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[App, SandboxForge]]:
+    """An app on a sandbox of each flavour (Gitea answers 500 where Forgejo answers 404)."""
+    from dropbox_eval.config import load_settings
+
+    with SandboxForge(port=0, flavor=request.param) as forge:
+        settings = load_settings(
+            home=tmp_path,
+            gitea_url=forge.url,
+            gitea_token=forge.token,
+            owner=forge.user,
+            quiet_period=0.1,
+            poll_interval=0.2,
+            retry_base=0.2,
+            retry_cap=1.0,
+        )
+        app = build_app(settings)
+        app.billing.add_client("acme", 100)
+        yield app, forge
+
+
+def test_cancel_with_a_deleted_issue_ends_cancelled_with_that_task_missing_in_one_cycle(
+    flavoured: tuple[App, SandboxForge],
+) -> None:
+    app, forge = flavoured
+    batch_id = app.intake.submit_batch("acme", tasks(2))["batch_id"]
+    first = app.store.get_tasks(batch_id)[0]
+    forge.delete_issue(forge.user, f"eval-acme-{batch_id}", first.issue_number or 0)
+    app.store.update_batch(batch_id, cancel_requested=True)  # a cancel the service finishes
+    Service(app).poll_cycle()
+    batch = app.store.get_batch(batch_id)
+    assert batch.status == BatchStatus.CANCELLED
+    statuses = {t.task_id: t.status for t in app.store.get_tasks(batch_id)}
+    assert statuses == {"t1": TaskStatus.MISSING, "t2": TaskStatus.CANCELLED}
+    assert app.billing.client("acme").held == 0
+
+
+def test_413_on_issue_creation_fails_the_batch_with_a_report_and_the_hold_released(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    forge.fail_next(1, 413, path_contains="/issues", method="POST")
+    receipt = app.intake.submit_batch(funded, tasks(3))
+    batch = app.store.get_batch(receipt["batch_id"])
+    assert batch.status == BatchStatus.FAILED and "413" in (batch.failure or "")
+    assert receipt["status"] == "failed" and "413" in receipt["failure"]
+    client = app.billing.client(funded)
+    assert (client.balance, client.held) == (100, 0)  # nothing charged, hold released
+    app.delivery.emit(batch.batch_id)
+    report = read_json(app.settings.outbox_path / f"{batch.batch_id}.json")
+    assert report["status"] == "failed" and "413" in report["failure"]
+    assert {r["status"] for r in report["results"]} == {"aborted"}
+
+
+def test_a_failure_that_keeps_repeating_ends_the_batch_failed(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app = build_app(settings.model_copy(update={"max_attempts": 3, "retry_base": 0.01}))
+    app.billing.add_client("acme", 100)
+    forge.fail_next(10**6, 503, path_contains="/repos/eval/eval-acme-")
+    batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
+    service = Service(app)
+    assert wait_for(lambda: _cycled(service) and _status(app, batch_id) == "failed", 20)
+    batch = app.store.get_batch(batch_id)
+    assert batch.attempts >= 3 and "503" in (batch.last_error or "")
+    assert "3 visits" in (batch.failure or "")
+
+
+def _cycled(service: Service) -> bool:
+    service.poll_cycle()
+    return True
+
+
+def _status(app: App, batch_id: str) -> str:
+    return str(app.store.get_batch(batch_id).status)
+
+
+def test_the_deadline_wins_even_while_the_forge_is_down(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
+    app.store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
+    forge.fail_for(60, 503)
+    Service(app).poll_cycle()
+    assert app.store.get_batch(batch_id).status == BatchStatus.EXPIRED
+    assert app.billing.client(funded).held == 0
+
+
+def test_the_api_refuses_what_the_inbox_refuses_with_the_same_answers(
+    app: App, funded: str
+) -> None:
+    server = BackgroundServer(create_api(app), name="api")
+    url = server.start() + "/api/eval/batches"
+    headers = {"Authorization": f"Bearer {app.billing.new_api_key(funded)}"}
+    task = json.dumps(tasks(1)[0])
+    bodies = {
+        "duplicate": f'{{"title": "x", "tasks": [{task}], "tasks": [{task}]}}'.encode(),
+        "surrogate": f'{{"tasks": [{task}], "batch_ref": "\\ud800"}}'.encode(),
+        "malformed": b'{"tasks": [',
+    }
+    try:
+        for name, raw in bodies.items():
+            answer = requests.post(url, data=raw, headers=headers, timeout=30)
+            path = app.inbox.root / funded / f"{name}.json"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(raw)
+            error = app.inbox.process(path).document
+            assert answer.status_code == 422, (name, answer.text)
+            assert answer.json()["reason"] == error["reason"], name
+            assert answer.json()["message"] == error["message"], name
+        too_big = b" " * (app.settings.max_file_bytes + 1)
+        answer = requests.post(url, data=too_big, headers=headers, timeout=30)
+        assert answer.status_code == 413 and answer.json()["reason"] == "too_large"
+    finally:
+        server.stop()
+    assert app.store.list_batches() == []
+
+
+def test_a_broken_client_delays_nobody_else(settings: Settings, forge: SandboxForge) -> None:
+    """A's repo answers 503 and A's callback never answers; B's drops still get issues."""
+    hanging = socket.socket()
+    hanging.bind(("127.0.0.1", 0))
+    hanging.listen(16)  # accepts connections and never answers
+    quick = settings.model_copy(update={"callback_timeout": 30.0})
+    app = build_app(quick)
+    for client in ("alpha", "bravo"):
+        app.billing.add_client(client, 100)
+    callback = f"http://127.0.0.1:{hanging.getsockname()[1]}/hook"
+    done = app.intake.submit_batch("alpha", tasks(1), callback_url=callback)["batch_id"]
+    app.lifecycle.cancel(done)  # a finished batch whose delivery will hang
+    forge.fail_next(10**6, 503, path_contains="/eval-alpha-")
+    service = Service(app)
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    try:
+        write_atomically(
+            app.settings.inbox_path / "alpha" / "a.json", json.dumps({"tasks": tasks(2)})
+        )
+        assert wait_for(lambda: len(app.store.list_batches()) == 2, 10)
+        for n in range(3):
+            write_atomically(
+                app.settings.inbox_path / "bravo" / f"b{n}.json",
+                json.dumps({"batch_ref": f"b{n}", "tasks": tasks(2)}),
+            )
+        receipts = app.settings.inbox_path / "bravo" / "accepted"
+        assert wait_for(lambda: len(list(receipts.glob("*.receipt.json"))) == 3, 15)
+        for receipt in receipts.glob("*.receipt.json"):
+            assert all(i["issue_number"] for i in read_json(receipt)["issues"])
+    finally:
+        service.stop()
+        hanging.close()
+        thread.join(timeout=60)
