@@ -18,7 +18,7 @@ from dropbox_eval.billing import Billing
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import NotFoundError, StoreError
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.store import Store, _append_lines
+from dropbox_eval.store import Store, append_lines
 
 FUND_SCRIPT = """
 import sys
@@ -27,7 +27,7 @@ from dropbox_eval.billing import Billing
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.config import Settings
 from dropbox_eval.app import App, build_app
-from dropbox_eval.store import Store, _append_lines
+from dropbox_eval.store import Store
 billing = Billing(Store(Path(sys.argv[1])), 1)
 for _ in range(int(sys.argv[2])):
     billing.fund("acme", 1)
@@ -103,11 +103,12 @@ def test_emitted_batches_leave_the_index_but_stay_visible(
 
 def test_archive_survives_a_line_cut_short(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    ledger = tmp_path / "archive" / "ledger.jsonl"
+    ledger = tmp_path / "archive" / "clients" / "x" / "ledger.jsonl"
+    ledger.parent.mkdir(parents=True)
     ledger.write_text('{"entry_id": "a", "client_id": "x"')  # a crash mid-append
-    assert store._archived("ledger") == []
-    _append_lines(ledger, [{"entry_id": "b", "client_id": "x"}])
-    assert [e["entry_id"] for e in store._archived("ledger")] == ["b"]
+    assert list(store.archive_rows.newest_ledger("x")) == []
+    append_lines(ledger, [{"entry_id": "b", "client_id": "x"}])
+    assert [e["entry_id"] for e in store.archive_rows.newest_ledger("x")] == ["b"]
 
 
 @pytest.mark.parametrize("batch_id", ["../index", "a/b", "x" * 300, "Ṱo ïnvoke", "", ".."])

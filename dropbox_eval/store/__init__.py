@@ -1,0 +1,267 @@
+"""TinyDB behind a small repository API; the only package that imports tinydb.
+
+Layout under the state folder::
+
+    index.json                    clients, the live ledger, one summary row per live batch,
+                                  and counts of archived batches (per client, per status)
+    batches/<batch_id>.json       a live batch's record (one small row)
+    tasks/<batch_id>.json         a live batch's tasks, written once at intake ...
+    tasks/<batch_id>.journal      ... plus one JSON line per change (tasks.py)
+    keys/<client_id>/<key>        duplicate-drop keys (sha256 of the bytes, batch_ref) -> id
+    archive/batches.jsonl         summary rows of emitted batches (append-only)
+    archive/clients/<client_id>/  that client's archived batch rows and ledger entries
+    archive/<YYYYMM>/             emitted batches' record and task files, moved out of the
+                                  live folders (nothing globs them)
+    leases/<batch_id>.lock        per-batch lease of a live batch
+    store.lock                    inter-process lock held around every read-modify-write
+
+No operation's cost grows with the history: writes cost the change, the index and the live
+folders hold only live batches, duplicate lookups are one file name, and listings read the
+newest page from the end of an append-only file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import NotFoundError, StoreError
+from ..fileio import write_atomically
+from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id
+from .base import Row, _dump, _encode, _insert
+from .clients import ClientStore, _post
+from .files import AtomicJSONStorage, append_lines, unlink_quietly, write_table
+from .tasks import Signature
+
+__all__ = ["AtomicJSONStorage", "Store", "append_lines"]
+CACHED_TASKS = 200_000  # parsed tasks kept for unchanged files (a poll cycle re-reads none)
+
+
+class Store(ClientStore):
+    """Repository API over the state folder; safe across threads and processes."""
+
+    def create_batch(
+        self, batch: BatchRecord, tasks: list[TaskRecord], hold: LedgerEntry | None = None
+    ) -> None:
+        """Write the tasks (one write for all) and the batch record, then its index row and
+        hold in one atomic write, then its duplicate keys.
+
+        A crash before the index write leaves only unreferenced files, never a batch without
+        its hold; until the keys exist, duplicates are found in the (live) index rows.
+        """
+        with self.locked():
+            self.tasks.create(batch.batch_id, [_dump(t) for t in tasks])
+            write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [_dump(batch)])
+            with self._index_change() as data:
+                _insert(data["batches"], _summary(batch))
+                if hold is not None:
+                    _post(data, hold)
+            self._write_keys(batch)
+
+    def get_batch(self, batch_id: str) -> BatchRecord:
+        """The batch record; NotFoundError when unknown."""
+        path = self._batch_file(batch_id) if is_valid_id(batch_id) else None
+        if path is None or not path.exists():
+            raise NotFoundError(f"no batch {batch_id!r}")
+        with self._open(path) as db:
+            row = db.table("batch").get(doc_id=1)
+        if row is None:
+            raise StoreError(f"{path} has no batch row")
+        return BatchRecord.model_validate(row)
+
+    def get_tasks(self, batch_id: str) -> list[TaskRecord]:
+        """Every task of the batch in file order; tasks whose files did not change since
+        the last read come from memory (the caller must not change them in place)."""
+        signature = self.tasks.signature(batch_id) if is_valid_id(batch_id) else None
+        if signature is None:
+            raise NotFoundError(f"no batch {batch_id!r}")
+        with self._cache_lock:
+            cached = self._cache.get(batch_id)
+            if cached is not None and cached[0] == signature:
+                self._cache.move_to_end(batch_id)
+                return list(cached[1])
+        tasks = [TaskRecord.model_validate(r) for r in self.tasks.read(batch_id)]
+        self._remember(batch_id, signature, tasks)
+        return list(tasks)
+
+    def _remember(self, batch_id: str, signature: Signature, tasks: list[TaskRecord]) -> None:
+        with self._cache_lock:
+            self._cache[batch_id] = (signature, tasks)
+            self._cache.move_to_end(batch_id)
+            while sum(len(t) for _, t in self._cache.values()) > CACHED_TASKS:
+                if len(self._cache) == 1:
+                    break
+                self._cache.popitem(last=False)
+
+    def update_tasks(self, batch_id: str, changes: dict[str, dict[str, Any]]) -> None:
+        """Record per-task field changes keyed by task_id: one appended line, whatever the
+        size of the batch."""
+        if not changes:
+            return
+        encoded = {
+            task_id: {k: _encode(v) for k, v in fields.items()}
+            for task_id, fields in changes.items()
+        }
+        with self.locked():
+            self.tasks.append(batch_id, encoded)
+
+    def update_batch(self, batch_id: str, **fields: Any) -> BatchRecord:
+        """Change batch fields (one small write) and refresh its index row; an emitted
+        batch's row and ledger entries move to the archive. Returns the new record."""
+        encoded = {k: _encode(v) for k, v in fields.items()}
+        with self.locked():
+            with self._open(self._batch_file(batch_id)) as db:
+                db.table("batch").update(encoded, doc_ids=[1])
+                row = db.table("batch").get(doc_id=1)
+            batch = BatchRecord.model_validate(row)
+            if batch.emitted_at is not None:
+                self.archive(batch)
+            elif any(key in _SUMMARY_FIELDS for key in fields):
+                with self._index_change() as data:
+                    for index_row in data["batches"].values():
+                        if index_row["batch_id"] == batch_id:
+                            index_row.update(_summary(batch))
+        return batch
+
+    def archive(self, batch: BatchRecord) -> None:
+        """Move an emitted batch out of the index: append to the archive first, then drop
+        its row and ledger entries and count it in one write, then move its files out of
+        the live folders (idempotent; readers dedupe)."""
+        with self._index_change() as data:
+            if not any(r["batch_id"] == batch.batch_id for r in data["batches"].values()):
+                return  # archived already (a re-emit)
+            entries = {
+                k: e for k, e in data["ledger"].items() if e.get("batch_id") == batch.batch_id
+            }
+            self.archive_rows.add(_summary(batch), list(entries.values()))
+            data["batches"] = {
+                k: r for k, r in data["batches"].items() if r["batch_id"] != batch.batch_id
+            }
+            data["ledger"] = {k: e for k, e in data["ledger"].items() if k not in entries}
+            _count(data["counts"], batch)
+        self._move_to_archive(batch.batch_id)
+
+    def _move_to_archive(self, batch_id: str) -> None:
+        with self.locked():
+            self.tasks.archive_to(batch_id)
+            live = self.batches_dir / f"{batch_id}.json"
+            if live.exists():
+                target = self.archive_dir / batch_id[:6] / "batches" / live.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(live, target)
+        unlink_quietly(self.leases_dir / f"{batch_id}.lock")
+        with self._cache_lock:
+            self._cache.pop(batch_id, None)
+
+    def list_batches(
+        self, where: Callable[[Row], bool] | None = None, *, live_only: bool = False
+    ) -> list[Row]:
+        """Summary rows, oldest first. `live_only` reads only the index (batches not yet
+        emitted); without it the whole archive is read: use `page_batches` for listings."""
+        rows = {r["batch_id"]: r for r in self._live_rows()}
+        if not live_only:
+            for row in self.archive_rows.all_batches():
+                rows.setdefault(row["batch_id"], row)
+        chosen = [r for r in rows.values() if where is None or where(r)]
+        return sorted(chosen, key=lambda r: str(r["batch_id"]))
+
+    def page_batches(
+        self,
+        *,
+        client_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Row]:
+        """One page of summary rows, newest first: the live rows, then the archive read
+        backwards from its end, so the cost follows `offset + limit`, not the history."""
+        live = sorted(self._live_rows(), key=lambda r: str(r["batch_id"]), reverse=True)
+        rows = _chain(live, self.archive_rows.newest_batches(client_id))
+        page: list[Row] = []
+        seen: set[str] = set()
+        for row in rows:
+            if row["batch_id"] in seen or (client_id and row["client_id"] != client_id):
+                continue
+            seen.add(row["batch_id"])
+            if status is not None and row["status"] != status:
+                continue
+            if offset:
+                offset -= 1
+                continue
+            page.append(row)
+            if len(page) >= limit:
+                break
+        return page
+
+    def count_batches(self, client_id: str | None = None) -> dict[str, int]:
+        """Batches per status (live and archived), for everyone or one client, from the
+        index alone."""
+        with self._index() as db:
+            counts_doc: dict[str, Any] = dict(db.table("counts").get(doc_id=1) or {})
+        counts = dict(counts_doc.get(f"client:{client_id}" if client_id else "all", {}))
+        for row in self._live_rows():
+            if client_id is None or row["client_id"] == client_id:
+                counts[row["status"]] = counts.get(row["status"], 0) + 1
+        return counts
+
+    def find_batch(
+        self, client_id: str, *, sha256: str | None = None, batch_ref: str | None = None
+    ) -> str | None:
+        """The id of an earlier batch of this client with the same bytes or batch_ref."""
+        for key in _keys(sha256, batch_ref):
+            path = self.keys_dir / client_id / key
+            with contextlib.suppress(FileNotFoundError):
+                return path.read_text(encoding="utf-8").strip()
+
+        def same(row: Row) -> bool:
+            return row["client_id"] == client_id and bool(
+                (sha256 and row.get("sha256") == sha256)
+                or (batch_ref and row.get("batch_ref") == batch_ref)
+            )
+
+        found = self.list_batches(same, live_only=True)  # a crash before the keys were written
+        return str(found[0]["batch_id"]) if found else None
+
+    def _write_keys(self, batch: BatchRecord) -> None:
+        for key in _keys(batch.sha256, batch.batch_ref):
+            write_atomically(self.keys_dir / batch.client_id / key, batch.batch_id)
+
+
+_SUMMARY_FIELDS = (
+    "batch_id",
+    "client_id",
+    "batch_ref",
+    "status",
+    "total",
+    "done",
+    "repo",
+    "sha256",
+    "source",
+    "created_at",
+    "completed_at",
+    "emitted_at",
+)
+
+
+def _summary(batch: BatchRecord) -> Row:
+    data = _dump(batch)
+    return {key: data[key] for key in _SUMMARY_FIELDS}
+
+
+def _count(table: dict[str, Any], batch: BatchRecord) -> None:
+    """Count an archived batch per status, for everyone and for its client."""
+    doc = table.setdefault("1", {})
+    for scope in ("all", f"client:{batch.client_id}"):
+        per_status = doc.setdefault(scope, {})
+        per_status[str(batch.status)] = per_status.get(str(batch.status), 0) + 1
+
+
+def _chain(first: list[Row], then: Iterator[Row]) -> Iterator[Row]:
+    yield from first
+    yield from then
+
+
+def _keys(sha256: str | None, batch_ref: str | None) -> list[str]:
+    return ([f"sha256-{sha256}"] if sha256 else []) + ([f"ref-{batch_ref}"] if batch_ref else [])

@@ -1,0 +1,138 @@
+"""StoreBase: the state folder, its locks and the index (one atomic write per change)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+from tinydb import TinyDB
+
+from ..models import TaskRecord
+from .archive import Archive
+from .files import AtomicJSONStorage, unlink_quietly
+from .tasks import Signature, TaskFiles
+
+STALE_TEMP_SECONDS = 300
+Row = dict[str, Any]
+
+
+class StoreBase:
+    """Folders, the inter-process lock, per-batch leases and the index."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.batches_dir = state_dir / "batches"
+        self.keys_dir = state_dir / "keys"
+        self.archive_dir = state_dir / "archive"
+        self.leases_dir = state_dir / "leases"
+        self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
+        self.archive_rows = Archive(self.archive_dir)
+        for folder in (
+            self.batches_dir,
+            self.tasks.live,
+            self.keys_dir,
+            self.archive_dir,
+            self.leases_dir,
+        ):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(state_dir / "store.lock"))
+        self._cache: OrderedDict[str, tuple[Signature, list[TaskRecord]]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Temp files and leases a crash left in the live folders (bounded by live work).
+        Only old temp files: another process may be mid-write."""
+        cutoff = time.time() - STALE_TEMP_SECONDS
+        with self.locked():
+            for folder in (self.state_dir, self.batches_dir, self.tasks.live):
+                for tmp in folder.glob(".*.tmp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        if tmp.stat().st_mtime < cutoff:
+                            tmp.unlink()
+            live = {row["batch_id"] for row in self._live_rows()}
+            for lease in self.leases_dir.glob("*.lock"):
+                if lease.stem not in live:
+                    unlink_quietly(lease)
+
+    @contextlib.contextmanager
+    def intake_lease(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
+        """Exclusive right to create or close a batch's issues, across processes; yields
+        False when another holder kept it for `wait` seconds."""
+        lease = FileLock(str(self.leases_dir / f"{batch_id}.lock"))
+        try:
+            lease.acquire(timeout=wait)
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lease.release()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the inter-process lock (re-entrant within a thread)."""
+        with self._lock:
+            yield
+
+    @contextlib.contextmanager
+    def _open(self, path: Path) -> Iterator[TinyDB]:
+        db = TinyDB(str(path), storage=AtomicJSONStorage)
+        try:
+            yield db
+        finally:
+            db.close()
+
+    def _index(self) -> contextlib.AbstractContextManager[TinyDB]:
+        return self._open(self.state_dir / "index.json")
+
+    @contextlib.contextmanager
+    def _index_change(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """Read-modify-write the whole index in ONE atomic write, under the lock.
+
+        Changes that belong together (a batch row, its ledger entry and the new balance)
+        then land together or not at all, whatever instant the process dies.
+        """
+        storage = AtomicJSONStorage(str(self.state_dir / "index.json"))
+        with self.locked():
+            data = storage.read() or {}
+            for table in ("clients", "ledger", "batches", "counts"):
+                data.setdefault(table, {})
+            yield data
+            storage.write(data)
+
+    def _batch_file(self, batch_id: str) -> Path:
+        live = self.batches_dir / f"{batch_id}.json"
+        if live.exists():
+            return live
+        archived = self.archive_dir / batch_id[:6] / "batches" / f"{batch_id}.json"
+        return archived if archived.exists() else live
+
+    def _live_rows(self) -> list[Row]:
+        with self._index() as db:
+            return [dict(r) for r in db.table("batches").all()]
+
+
+def _dump(model: Any) -> Row:
+    data: Row = model.model_dump(mode="json")
+    return data
+
+
+def _insert(table: dict[str, Any], doc: Row) -> None:
+    next_id = max((int(key) for key in table), default=0) + 1
+    table[str(next_id)] = doc
+
+
+def _encode(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
