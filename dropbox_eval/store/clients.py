@@ -63,17 +63,18 @@ class ClientStore(StoreBase):
         Costs the entries returned plus the live ledger, not the client's history."""
         with self._index() as db:
             live = db.table("ledger").search(Query().client_id == client_id)
-        rows: list[dict[str, Any]] = sorted(
-            (dict(r) for r in live), key=lambda r: str(r["at"]), reverse=True
-        )
+        rows: list[dict[str, Any]] = [dict(r) for r in live]
         seen = {r["entry_id"] for r in rows}
+        archived = 0  # the archive is newest first: `limit` of it can hold the newest
         for row in self.archive_rows.newest_ledger(client_id):
-            if limit is not None and len(rows) >= limit:
+            if limit is not None and archived >= limit:
                 break
             if row["entry_id"] not in seen:
                 rows.append(dict(row))
-        chosen = rows if limit is None else rows[:limit]
-        return sorted((LedgerEntry.model_validate(r) for r in chosen), key=lambda e: e.at)
+                archived += 1
+        rows.sort(key=lambda r: str(r["at"]))
+        chosen = rows if limit is None else rows[-limit:]
+        return [LedgerEntry.model_validate(r) for r in chosen]
 
 
 def _post(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
