@@ -87,6 +87,7 @@ class GiteaClient:
             }
         )
         self._login: str | None = None
+        self._prepared: dict[tuple[str, str], int] = {}  # (repo, label) -> label id
         self._label_lock: AbstractContextManager[Any] = (
             FileLock(str(label_lock), timeout=LABEL_LOCK_TIMEOUT)
             if label_lock
@@ -177,6 +178,35 @@ class GiteaClient:
             return str(self._request("GET", f"/repos/{full_name}")["html_url"])
         except ForgeNotFound:
             pass
+        return self._create_repo(full_name) or str(
+            self._request("GET", f"/repos/{full_name}")["html_url"]
+        )
+
+    def prepare_repo(self, full_name: str, label: str, color: str, *, new: bool) -> int:
+        """Make sure `full_name` exists with label `label`; returns the label's id.
+
+        `new`: a repo named for a batch recorded just now, which nobody else uses: it is
+        created and labelled in two round trips (POST repo, POST label), without looking
+        first. Otherwise, what was found once is remembered for the process (a shared repo
+        costs nothing after the first batch).
+        """
+        key = (full_name.casefold(), label)
+        if key in self._prepared:
+            return self._prepared[key]
+        if new and self._create_repo(full_name) is not None:
+            with self._labels_locked():
+                created = self._request(
+                    "POST", f"/repos/{full_name}/labels", json={"name": label, "color": color}
+                )
+            return int(created["id"])
+        self.ensure_repo(full_name)
+        label_id = self.ensure_label(full_name, label, color)
+        if not new:  # a repo of one batch is not worth remembering
+            self._prepared[key] = label_id
+        return label_id
+
+    def _create_repo(self, full_name: str) -> str | None:
+        """POST the repo; its web URL, or None when it exists already (409)."""
         owner, name = full_name.split("/", 1)
         mine = owner.casefold() == self.login().casefold()  # logins are case-insensitive
         path = "/user/repos" if mine else f"/orgs/{owner}/repos"
@@ -186,7 +216,7 @@ class GiteaClient:
         except ForgePermanent as exc:
             if exc.status != 409:
                 raise
-        return str(self._request("GET", f"/repos/{full_name}")["html_url"])
+        return None
 
     def ensure_label(self, repo: str, name: str, color: str) -> int:
         """The id of label `name` in `repo`, created if missing. Duplicates (Gitea allows

@@ -247,8 +247,10 @@ class Intake:
         created: dict[str, int] = {}
         if pending:  # reaching the end below means every pending task now has its issue
             gitea = self.gitea
-            gitea.ensure_repo(batch.repo)
-            label_id = gitea.ensure_label(batch.repo, self.settings.task_label, LABEL_COLOR)
+            new_repo = fresh and not self.settings.repo  # named for this batch just now
+            label_id = gitea.prepare_repo(
+                batch.repo, self.settings.task_label, LABEL_COLOR, new=new_repo
+            )
             if not fresh:  # an earlier attempt may have created some before it stopped
                 found = find_marked(gitea, batch, pending, self.settings.task_label)
                 self.store.update_tasks(

@@ -114,3 +114,15 @@ def test_a_page_reads_only_the_end_of_a_long_archive(tmp_path: Path) -> None:
     page = store.page_batches(client_id="acme", limit=20, offset=20)
     assert [r["batch_id"] for r in page][:2] == ["b049979", "b049978"]
     assert len(taken) == 40  # the rows of the page and the ones skipped, no more
+
+
+def test_a_new_batch_costs_two_round_trips_before_its_first_issue(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    app.intake.submit_batch(funded, tasks(1), batch_ref="warm")  # the token's login, once
+    forge.clear_requests()
+    app.intake.submit_batch(funded, tasks(3), batch_ref="second")
+    calls = [(r.method, r.path.split("/api/v1")[1]) for r in forge.requests]
+    first_issue = next(i for i, c in enumerate(calls) if c[1].endswith("/issues"))
+    assert [method for method, _ in calls[:first_issue]] == ["POST", "POST"]
+    assert calls[0][1] == "/user/repos" and calls[1][1].endswith("/labels")
