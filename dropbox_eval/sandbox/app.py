@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from . import control, control_lane, routes_issues, routes_pulls, routes_repos
+from . import control, control_lane, routes_hooks, routes_issues, routes_pulls, routes_repos
 from .errors import ForgeError, error_body
 from .middleware import ApiMiddleware
 from .schemas import gitea_message
@@ -26,7 +26,8 @@ def create_app(state: ForgeState, lane: SimulatedLane | None = None) -> FastAPI:
     )
     app.state.forge = state
     app.state.lane = lane
-    app.include_router(routes_issues.router)  # hot path first: fewer route matches
+    app.include_router(routes_hooks.router)  # before /repos/{owner}/{repo}: issues/search
+    app.include_router(routes_issues.router)
     app.include_router(routes_pulls.router)
     app.include_router(routes_repos.router)
     app.include_router(control.router)

@@ -145,3 +145,22 @@ def _camel(name: str) -> str:
 
 def _json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), "value")
+
+
+class CreateHookOptionConfig(_Option):
+    """`config` of `CreateHookOption` (Gitea takes a string map)."""
+
+    url: str
+    content_type: str = "json"
+    secret: str = ""
+
+
+class CreateHookOption(_Option):
+    """Body of `POST .../hooks`."""
+
+    type: str
+    config: CreateHookOptionConfig
+    events: list[str] | None = None
+    active: bool = False
+    branch_filter: str | None = None
+    authorization_header: str | None = None

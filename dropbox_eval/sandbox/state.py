@@ -71,7 +71,32 @@ class ForgeState(PullsMixin):
             chosen = matches[start : start + query.limit]
             return [issue.to_json(self.base_url) for issue in chosen], len(matches)
 
-    def _matching(self, repo: Repo, query: IssueQuery) -> Iterator[Issue]:
+    def search_issues(self, owner: str | None, query: IssueQuery) -> tuple[list[JSON], int]:
+        """Issues across repos (of `owner`), newest first; labels ORed; an issue changed
+        within the last `indexer_lag` seconds is not seen yet (Gitea's async indexer)."""
+        with self.lock:
+            horizon = time.time() - self.indexer_lag
+            found = [
+                issue
+                for repo in self.repos.values()
+                if owner is None or repo.owner.login.lower() == owner.lower()
+                for issue in self._matching(repo, query, any_label=True)
+                if issue.updated <= horizon
+            ]
+            found.sort(key=lambda issue: (issue.created, issue.id), reverse=True)
+            start = (query.page - 1) * query.limit
+            chosen = found[start : start + query.limit]
+            return [issue.to_json(self.base_url) for issue in chosen], len(found)
+
+    def is_org(self, login: str) -> bool:
+        """Whether `login` is an organization."""
+        with self.lock:
+            account = self.accounts.get(login.lower())
+            return account is not None and account.is_org
+
+    def _matching(
+        self, repo: Repo, query: IssueQuery, *, any_label: bool = False
+    ) -> Iterator[Issue]:
         wanted = {lb.id for lb in repo.labels.values() if lb.name in query.labels}
         state, since, before = query.state, query.since, query.before
         for issue in reversed(repo.issues.values()):
@@ -83,7 +108,9 @@ class ForgeState(PullsMixin):
                 continue
             if before is not None and int(issue.updated) > before:
                 continue
-            if wanted and not wanted.issubset(issue.labels):
+            if wanted and not (
+                wanted & issue.labels.keys() if any_label else wanted.issubset(issue.labels)
+            ):
                 continue
             yield issue
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from .errors import ForgeError, NotFoundError
 from .faults import Faults, RequestLog
 from .flavor import Flavor
+from .hooks import HookRegistry, comment_payload, issue_payload
 from .models import JSON, Account, Comment, Issue, Label, Pull, Repo
 from .query import normalize_color, page_size
 from .timeline import Event
@@ -36,6 +37,8 @@ class StateBase:
         self.base_url = base_url
         self.flavor = flavor or Flavor()
         self.faults = Faults()
+        self.hooks = HookRegistry()
+        self.indexer_lag = 0.0  # seconds before a change shows in /repos/issues/search
         self.log = RequestLog()
         self._ids = {
             kind: itertools.count(1) for kind in ("acct", "repo", "label", "issue", "cmt", "pull")
@@ -182,7 +185,13 @@ class StateBase:
         )
         repo.issues[issue.number] = issue
         self.open_issues[issue.id] = issue
+        self._notify(issue, "opened", poster)
         return issue
+
+    def _notify(self, issue: Issue, action: str, sender: Account, event_type: str = "") -> None:
+        """Queue the webhook deliveries of a change (issues, issue_label, pull_request)."""
+        kind = event_type or ("pull_request" if issue.is_pull else "issues")
+        self.hooks.notify(kind, issue.repo, issue_payload(action, issue, sender, self.base_url))
 
     def _event(
         self,
@@ -220,10 +229,12 @@ class StateBase:
             issue.closed = time.time()
             self.open_issues.pop(issue.id, None)
             self._event(issue, "close", doer)
+            self._notify(issue, "closed", doer)
         elif not closed and issue.closed is not None:
             issue.closed = None
             self.open_issues[issue.id] = issue
             self._event(issue, "reopen", doer)
+            self._notify(issue, "reopened", doer)
 
     def _add_comment(self, issue: Issue, poster: Account, body: str) -> Comment:
         now = time.time()
@@ -231,15 +242,22 @@ class StateBase:
         issue.comments.append(comment)
         issue.repo.comments[comment.id] = comment
         issue.updated = now
+        payload = comment_payload(issue, comment.to_json(self.base_url), poster, self.base_url)
+        self.hooks.notify("issue_comment", issue.repo, payload)
         return comment
 
     def _add_labels(self, issue: Issue, labels: Iterable[Label], doer: Account) -> None:
         """Put labels on an issue, with a `label` event (body "1") per newly added one."""
+        added = False
         for label in labels:
             if label.id not in issue.labels:
                 issue.labels[label.id] = label
                 self._event(issue, "label", doer, body="1", label=label)
+                added = True
         issue.updated = time.time()
+        if added:
+            kind = "pull_request_label" if issue.is_pull else "issue_label"
+            self._notify(issue, "label_updated", doer, kind)
 
     def _labels_named(self, repo: Repo, names: Iterable[str]) -> list[Label]:
         """First repo label of each name, creating missing ones (green, like the lane)."""

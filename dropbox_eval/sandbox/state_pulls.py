@@ -187,6 +187,7 @@ class PullsMixin(StateBase):
             pr.closed, pr.updated = now, now
             self.open_issues.pop(pr.id, None)
             self._event(pr, "merge_pull", doer, commit_sha=pull.merge_sha)
+            self._notify(pr, "closed", doer)  # Gitea: action closed, pull_request.merged
             for issue, action in self._resolved_by(pr):
                 self._set_closed(issue, action == "closes", doer)
 
