@@ -140,6 +140,14 @@ def create_api(app: App) -> FastAPI:
             response.status_code = 200
         return result
 
+    @api.post("/hooks/forge", status_code=202, include_in_schema=False)
+    async def forge_webhook(request: Request) -> JSONResponse:
+        """A Gitea/Forgejo webhook delivery (signed with SAAS_EVAL_FORGE_WEBHOOK_SECRET)."""
+        raw = await _body(request, app.settings.max_file_bytes)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        status, outcome = app.webhooks.receive(headers, raw)
+        return JSONResponse({"ok": status < 400, "outcome": outcome}, status_code=status)
+
     @api.get("/api/eval/batches", responses=problems)
     def list_batches(
         client: Caller,

@@ -17,6 +17,7 @@ from .poller import Poller
 from .schedule import Schedule
 from .settle import Settler
 from .store import Store
+from .webhooks import Nudges, WebhookReceiver
 
 
 @dataclass
@@ -33,6 +34,8 @@ class App:
     settler: Settler
     lifecycle: Lifecycle
     delivery: Delivery
+    nudges: Nudges
+    webhooks: WebhookReceiver
 
 
 def build_app(settings: Settings, *, with_forge: bool = True) -> App:
@@ -66,6 +69,9 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     intake = Intake(store, billing, gitea, settings, lifecycle)
     inbox = Inbox(settings.inbox_path, intake, lifecycle, settings.max_file_bytes)
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
+    nudges = Nudges()
+    webhooks = WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges)
+    delivery = Delivery(store, emitter, settings)
     return App(
         settings,
         store,
@@ -76,5 +82,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
         poller,
         settler,
         lifecycle,
-        Delivery(store, emitter, settings),
+        delivery,
+        nudges,
+        webhooks,
     )

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     delivery_retry_base: float = Field(default=60.0, gt=0)
     delivery_max_attempts: int = Field(default=8, ge=1)
     forge_timeout: float = Field(default=30.0, gt=0)
+    forge_webhook_secret: str | None = None
+    forge_webhook_url: str | None = None
     retry_base: float = Field(default=5.0, gt=0)
     retry_cap: float = Field(default=600.0, gt=0)
     max_attempts: int = Field(default=20, ge=1)

@@ -218,6 +218,17 @@ class GiteaClient:
                 raise
         return None
 
+    def list_hooks(self, scope: str) -> list[dict[str, Any]]:
+        """The webhooks of `/user/hooks` or `/orgs/{org}/hooks`."""
+        hooks = self._request("GET", scope)
+        return [h for h in hooks if isinstance(h, dict)] if isinstance(hooks, list) else []
+
+    def add_hook(self, scope: str, url: str, secret: str, events: list[str]) -> None:
+        """Register a Gitea-type JSON webhook on `scope`."""
+        config = {"url": url, "content_type": "json", "secret": secret}
+        body = {"type": "gitea", "active": True, "events": events, "config": config}
+        self._request("POST", scope, json=body)
+
     def ensure_label(self, repo: str, name: str, color: str) -> int:
         """The id of label `name` in `repo`, created if missing. Duplicates (Gitea allows
         them) are merged into the oldest, whose id is returned."""

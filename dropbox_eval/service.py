@@ -16,9 +16,10 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from .app import App
-from .errors import AlreadyRunning
+from .errors import AlreadyRunning, DropboxEvalError
 from .fileio import write_json
 from .models import utcnow
+from .webhooks import register_hook
 from .workers import FAST_TICK_SECONDS, DeliveryWorker, ForgeWorker, InboxWorker
 
 log = logging.getLogger("dropbox_eval")
@@ -69,6 +70,10 @@ class Service:
                 self.settings.inbox_path,
                 self.settings.outbox_path,
             )
+            if self.settings.forge_webhook_url and self.settings.forge_webhook_secret:
+                threading.Thread(
+                    target=self._register_webhook, name="webhook-setup", daemon=True
+                ).start()
             self._run_once() if once else self._run_forever()
         finally:
             self._set_status(state="stopped", stopped_at=_now())
@@ -125,6 +130,21 @@ class Service:
         """One forge cycle, run to its end (for `run --once`, `poll` and tests)."""
         wait(self.forge.cycle())
         self._cycled()
+
+    def _register_webhook(self) -> None:
+        """Ask the forge to push issue events to us; polling goes on if it says no."""
+        url, secret = self.settings.forge_webhook_url, self.settings.forge_webhook_secret
+        assert url is not None and secret is not None
+        try:
+            gitea = self.settings.forge_client(self.app.gitea)
+            log.info("%s", register_hook(gitea, self.settings.require_owner(), url, secret))
+        except DropboxEvalError as exc:
+            log.warning(
+                "could not register the forge webhook (%s); add it by hand (README "
+                "'Results by push') or rely on polling",
+                exc,
+            )
+            self._report("webhook registration", exc)
 
     def _cycled(self) -> None:
         self._set_status(last_poll_at=_now(), cycles=self.forge.cycles)

@@ -144,7 +144,8 @@ class ForgeWorker:
         self._lock = threading.Lock()
 
     def run(self, on_cycle: Callable[[], None]) -> None:
-        """A cycle every poll interval until stopped."""
+        """A cycle every poll interval until stopped; repos a webhook named at once."""
+        nudges = self.app.nudges
         try:
             next_cycle = time.monotonic()
             while not self.stop.is_set():
@@ -152,23 +153,35 @@ class ForgeWorker:
                     guarded("poll cycle", self.report, self.cycle)
                     on_cycle()
                     next_cycle = time.monotonic() + self.app.settings.poll_interval
-                self.stop.wait(min(TICK_SECONDS, max(0.0, next_cycle - time.monotonic())))
+                else:
+                    guarded("webhook poll", self.report, self.cycle, nudges.take())
+                nudges.wake.wait(min(TICK_SECONDS, max(0.0, next_cycle - time.monotonic())))
+                nudges.wake.clear()
         finally:
             self.pool.shutdown(wait=True)
 
-    def cycle(self) -> list[Future[Any]]:
-        """Visit every due running batch; returns the repo visits started."""
-        self.cycles += 1
-        full = (self.cycles - 1) % self.app.settings.full_poll_every == 0
+    def cycle(self, only: set[str] | None = None) -> list[Future[Any]]:
+        """Visit every due running batch (of the repos `only` names, for a webhook's nudge:
+        an incremental poll outside the cycle); returns the repo visits started."""
+        if only is not None and not only:
+            return []
+        full = False
+        if only is None:
+            self.cycles += 1
+            full = (self.cycles - 1) % self.app.settings.full_poll_every == 0
         by_repo: dict[str, list[str]] = {}
         for row in self.app.store.list_batches(live_only=True):
             if row["status"] != BatchStatus.RUNNING or self.stop.is_set():
+                continue
+            if only is not None and str(row["repo"]).casefold() not in only:
                 continue
             by_repo.setdefault(str(row["repo"]), []).append(str(row["batch_id"]))
         started = []
         for repo, batch_ids in by_repo.items():
             with self._lock:
                 if repo in self.busy:
+                    if only is not None:  # a webhook's news waits for the visit in flight
+                        self.app.nudges.add(repo, wake=False)
                     continue  # a repo that hangs holds its own visit, nobody else's
                 self.busy.add(repo)
             started.append(self.pool.submit(self._visit_repo, repo, batch_ids, full))

@@ -167,6 +167,10 @@ class Store(ClientStore):
         chosen = [r for r in rows.values() if where is None or where(r)]
         return sorted(chosen, key=lambda r: str(r["batch_id"]))
 
+    def live_repos(self) -> set[str]:
+        """The repos (case-folded) of batches not yet emitted: one read of the index."""
+        return {str(row["repo"]).casefold() for row in self._live_rows()}
+
     def page_batches(
         self,
         *,

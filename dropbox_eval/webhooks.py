@@ -1,0 +1,131 @@
+"""Forge webhooks: results by push, polling as the backstop.
+
+Gitea/Forgejo POST an event when an issue is closed, labelled or commented, or a pull
+request changes. A delivery is accepted only when it is signed with the shared secret
+(`X-Gitea-Signature` / `X-Forgejo-Signature`: hex HMAC-SHA256 of the body), was not seen
+before (`X-Gitea-Delivery`), and names a repo of a running batch; it then asks the forge
+worker to poll that repo now instead of at the next interval. Every refusal is counted
+and changes nothing: the delivery carries no result, the service reads the issue itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .forge import GiteaClient
+
+log = logging.getLogger("dropbox_eval")
+EVENTS = ("issues", "issue_comment", "pull_request")
+REMEMBERED_DELIVERIES = 10_000
+
+
+class Nudges:
+    """Repos that a webhook says changed, waiting for the forge worker (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._repos: set[str] = set()
+        self._lock = threading.Lock()
+        self.wake = threading.Event()
+
+    def add(self, repo: str, *, wake: bool = True) -> None:
+        """Ask for a poll of `repo` now (`wake=False`: at the worker's next tick)."""
+        with self._lock:
+            self._repos.add(repo.casefold())
+        if wake:
+            self.wake.set()
+
+    def take(self) -> set[str]:
+        """The repos asked for since the last call (case-folded)."""
+        with self._lock:
+            repos, self._repos = self._repos, set()
+        return repos
+
+
+class WebhookReceiver:
+    """Checks one delivery and turns it into a nudge, or refuses it with a reason."""
+
+    def __init__(
+        self, secret: str | None, live_repos: Callable[[], set[str]], nudges: Nudges
+    ) -> None:
+        self.secret = secret
+        self.live_repos = live_repos
+        self.nudges = nudges
+        self.counts: Counter[str] = Counter()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def receive(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        """(HTTP status, outcome) for one delivery; `headers` have lower-case names."""
+        status, outcome = self._judge(headers, body)
+        with self._lock:
+            self.counts[outcome] += 1
+        if status >= 400:
+            log.warning(
+                "forge webhook refused (%s), delivery %s", outcome, _delivery_id(headers) or "-"
+            )
+        return status, outcome
+
+    def _judge(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        if not self.secret:
+            return 404, "not_configured"
+        signature = headers.get("x-gitea-signature") or headers.get("x-forgejo-signature")
+        if not signature:
+            return 401, "unsigned"
+        expected = hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(signature.strip().lower(), expected):
+            return 401, "bad_signature"
+        delivery = _delivery_id(headers)
+        if not delivery or not self._first_time(delivery):
+            return 409, "replayed"
+        event = headers.get("x-gitea-event") or headers.get("x-forgejo-event") or ""
+        if event not in EVENTS:
+            return 202, "ignored_event"
+        repo = _repo_of(body)
+        if repo is None:
+            return 400, "bad_payload"
+        if repo.casefold() not in self.live_repos():
+            return 404, "unknown_repo"
+        self.nudges.add(repo)
+        return 202, "accepted"
+
+    def _first_time(self, delivery: str) -> bool:
+        with self._lock:
+            if delivery in self._seen:
+                return False
+            self._seen[delivery] = None
+            while len(self._seen) > REMEMBERED_DELIVERIES:
+                self._seen.popitem(last=False)
+        return True
+
+
+def _delivery_id(headers: Mapping[str, str]) -> str:
+    return headers.get("x-gitea-delivery") or headers.get("x-forgejo-delivery") or ""
+
+
+def _repo_of(body: bytes) -> str | None:
+    try:
+        payload = json.loads(body)
+        name = payload["repository"]["full_name"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) and "/" in name else None
+
+
+def register_hook(gitea: GiteaClient, owner: str, url: str, secret: str) -> str:
+    """Make sure the owner (the token's user or an org) has a webhook to `url`; returns
+    what was done. ForgeError when the token may not manage the owner's hooks."""
+    scope = (
+        "/user/hooks" if owner.casefold() == gitea.login().casefold() else f"/orgs/{owner}/hooks"
+    )
+    if any(hook.get("config", {}).get("url") == url for hook in gitea.list_hooks(scope)):
+        return f"webhook to {url} already registered on {scope}"
+    gitea.add_hook(scope, url, secret, list(EVENTS))
+    return f"webhook to {url} registered on {scope}"

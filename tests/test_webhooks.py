@@ -1,0 +1,108 @@
+"""Results by push: signed forge webhooks nudge the poller; bad deliveries change nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import requests
+from conftest import tasks, wait_for
+
+from dropbox_eval.api import create_api
+from dropbox_eval.app import App, build_app
+from dropbox_eval.config import Settings
+from dropbox_eval.models import TaskStatus
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import Service
+from dropbox_eval.webserver import BackgroundServer
+
+SECRET = "hook-secret"
+
+
+@pytest.fixture
+def pushed(settings: Settings) -> Iterator[tuple[App, str]]:
+    """An app with a webhook secret, a 30 s poll interval, and its HTTP server."""
+    app = build_app(
+        settings.model_copy(update={"forge_webhook_secret": SECRET, "poll_interval": 30.0})
+    )
+    app.billing.add_client("acme", 100)
+    server = BackgroundServer(create_api(app), name="api")
+    url = server.start()
+    yield app, url
+    server.stop()
+
+
+def _deliver(
+    url: str,
+    payload: dict[str, object],
+    *,
+    secret: str | None = SECRET,
+    delivery: str | None = None,
+    event: str = "issues",
+) -> requests.Response:
+    body = json.dumps(payload).encode()
+    headers = {
+        "X-Gitea-Event": event,
+        "X-Gitea-Delivery": delivery or str(uuid.uuid4()),
+        "Content-Type": "application/json",
+    }
+    if secret is not None:
+        headers["X-Gitea-Signature"] = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return requests.post(f"{url}/hooks/forge", data=body, headers=headers, timeout=10)
+
+
+def test_bad_deliveries_are_refused_counted_and_change_nothing(
+    pushed: tuple[App, str], forge: SandboxForge
+) -> None:
+    app, url = pushed
+    batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
+    repo = app.store.get_batch(batch_id).repo
+    payload = {"action": "closed", "number": 1, "repository": {"full_name": repo}}
+    assert _deliver(url, payload, secret=None).status_code == 401
+    assert _deliver(url, payload, secret="wrong").status_code == 401
+    other = {**payload, "repository": {"full_name": "eval/not-ours"}}
+    assert _deliver(url, other).status_code == 404
+    first = _deliver(url, payload, delivery="d-1")
+    assert first.status_code == 202 and first.json()["outcome"] == "accepted"
+    assert _deliver(url, payload, delivery="d-1").status_code == 409  # replayed
+    assert dict(app.webhooks.counts) == {
+        "unsigned": 1,
+        "bad_signature": 1,
+        "unknown_repo": 1,
+        "accepted": 1,
+        "replayed": 1,
+    }
+    assert app.nudges.take() == {repo.casefold()}  # only the good one asked for a poll
+    assert app.store.get_tasks(batch_id)[0].status == TaskStatus.OPEN
+
+
+def test_a_closed_issue_is_stored_at_once_with_a_30_second_poll_interval(
+    pushed: tuple[App, str], forge: SandboxForge
+) -> None:
+    app, url = pushed
+    app.settings.forge_webhook_url = f"{url}/hooks/forge"
+    service = Service(app)
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: bool(forge.state.hooks.listed(f"owner:{forge.user}")), 10)
+        batch_id = app.intake.submit_batch("acme", tasks(2))["batch_id"]
+        service.poll_cycle()  # the cycle that would otherwise come 30 s later has run
+        repo = app.store.get_batch(batch_id).repo.split("/", 1)[1]
+        task = app.store.get_tasks(batch_id)[0]
+        closed_at = time.monotonic()
+        forge.finish_issue(
+            forge.user, repo, task.issue_number or 0, comment="ok", labels=["eval-pass"]
+        )
+        assert wait_for(lambda: app.store.get_tasks(batch_id)[0].status == TaskStatus.PASSED, 10)
+        assert time.monotonic() - closed_at < 10 < app.settings.poll_interval
+        assert app.webhooks.counts["accepted"] >= 1
+    finally:
+        service.stop()
+        thread.join(timeout=30)
