@@ -94,7 +94,17 @@ class GiteaClient:
             if label_lock
             else threading.Lock()
         )
-        self.listed_at: datetime | None = None  # forge clock at the start of the last list
+        self._clock = threading.local()  # repos are polled in parallel on one client
+
+    @property
+    def listed_at(self) -> datetime | None:
+        """The forge's clock at the start of this thread's last listing."""
+        moment: datetime | None = getattr(self._clock, "listed_at", None)
+        return moment
+
+    @listed_at.setter
+    def listed_at(self, moment: datetime | None) -> None:
+        self._clock.listed_at = moment
 
     # -- transport ----------------------------------------------------------------------
 

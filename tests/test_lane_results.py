@@ -9,6 +9,7 @@ a generous deadline instead of assuming a speed.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -230,3 +231,23 @@ def test_timeline_of_a_missing_issue_is_not_found(forge: SandboxForge) -> None:
         assert statuses == [("timeline", 500), ("timeline", 500), ("7", 404)]
     else:
         assert statuses == [("timeline", 404)]
+
+
+@pytest.mark.parametrize("forge", ["gitea"], indirect=True)
+def test_each_polling_thread_keeps_its_own_listing_clock(forge: SandboxForge) -> None:
+    # repos are polled in parallel on one client: one repo's listing must not move the
+    # `since` (and the settle clock) of another
+    client = GiteaClient(forge.url, forge.token)
+    client.ensure_repo(f"{forge.user}/clock")
+    client.listed_at = None
+    seen: list[object] = []
+
+    def list_elsewhere() -> None:
+        list(client.iter_issues(f"{forge.user}/clock"))
+        seen.append(client.listed_at)
+
+    thread = threading.Thread(target=list_elsewhere)
+    thread.start()
+    thread.join(10)
+    assert seen and seen[0] is not None  # that thread saw its listing's Date
+    assert client.listed_at is None  # this one did not list anything
