@@ -18,7 +18,7 @@ from . import Context
 from .output import console, fail, friendly_errors
 from .service import lane_option, sandbox_options
 
-DEMO_SETTLE_SECONDS = 2.0  # the sandbox lane's writes are milliseconds apart, not seconds
+DEMO_SETTLE_SECONDS = 4.0  # twice the sandbox lane's default SANDBOX_COMMENT_LAG
 DEMO_BATCH = {
     "batch_ref": "demo-1",
     "tasks": [
