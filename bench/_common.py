@@ -182,7 +182,8 @@ def make_tasks(count: int, prefix: str = "t") -> list[dict[str, Any]]:
 
 
 def settings_for(home: str, url: str, token: str, user: str, **extra: Any) -> Settings:
-    """Product settings against a sandbox forge; clients are funded by the caller."""
+    """Product settings against a sandbox forge; clients are funded by the caller. Results
+    finish at once (`settle_seconds` 0): settling is a wait, not work; poll.py measures it."""
     values: dict[str, Any] = {
         "home": home,
         "gitea_url": url,
@@ -190,6 +191,7 @@ def settings_for(home: str, url: str, token: str, user: str, **extra: Any) -> Se
         "owner": user,
         "task_price": 0,
         "intake_concurrency": 4,
+        "settle_seconds": 0,
     }
     values.update(extra)
     return load_settings(**values)

@@ -3,13 +3,18 @@
 One batch of N tasks is taken in through the product (in-process sandbox forge), then real
 `Service.poll_cycle()` calls are made (no service loop, no inbox): the first cycle is the
 periodic full poll (a count probe, then a full listing only if issues went missing), then an
-idle cycle, a cycle after the lane closed 100 issues, an idle cycle right after that, and
-finally a full cycle after one open issue was deleted (the full listing). The baseline is
-the seed's per-task polling: one GET per open task per cycle (computed as the open-task
-count; a per-task loop over a sample times it). Store I/O per cycle is counted by wrapping
-the TinyDB storage (no behaviour change).
+idle cycle. Then the sandbox's `pulls` lane (status comment, PR `Closes #N`, verdict label,
+merge or abandon) resolves 100 issues and a cycle reads them: one timeline GET per closure
+plus, with `pull_details` (default), one GET per merged pull request. Then an idle cycle
+right after, and - once `--settle` seconds passed - the cycle that finishes the settled
+results without reading them again. Then 100 more closures are read with `pull_details`
+off, and finally a full cycle after one open issue was deleted (the full listing). The
+baseline is the seed's per-task polling: one GET per open task per cycle (computed as the
+open-task count; a per-task loop over a sample times it). Store I/O per cycle is counted by
+wrapping the TinyDB storage (no behaviour change).
 
-    python bench/poll.py [--tasks 10000] [--closed 100] [--sample 500] [--json]
+    python bench/poll.py [--tasks 10000] [--closed 100] [--merge-ratio 1.0] [--settle 10]
+                         [--pause 2] [--sample 500] [--json]
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ from _common import (
     settings_for,
 )
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import App, build_app
 from dropbox_eval.forge import PAGE_LIMIT, GiteaClient
-from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.sandbox import LaneConfig, SandboxForge
 from dropbox_eval.service import Service
 
 
@@ -48,26 +53,51 @@ class Cycle:
         self.log = forge.requests
         self.requests = len(self.log)
         self.seconds = watch.seconds
+        self.ended = time.perf_counter()
         self.io = io
         self.pages = sum(1 for e in self.log if e.path.endswith("/issues"))
-        self.comments = sum(1 for e in self.log if e.path.endswith("/comments"))
+        self.timelines = sum(1 for e in self.log if e.path.endswith("/timeline"))
+        self.pulls = sum(1 for e in self.log if "/pulls/" in e.path)
 
     def note(self) -> str:
         """Wall time and store I/O."""
         return f"{self.seconds * 1000:.0f} ms wall; store: {self.io.summary()}"
 
+    def reads(self) -> str:
+        """What the cycle asked for."""
+        return (
+            f"{self.pages} list pages + {self.timelines} timeline GETs + {self.pulls} pull GETs; "
+        )
 
-def finish(forge: SandboxForge, repo: str, numbers: list[int]) -> None:
-    """Close issues as the lane would (comment + pass label)."""
+
+def resolve(forge: SandboxForge, repo: str, numbers: list[int]) -> None:
+    """Let the held `pulls` lane work on these issues only: status comment, PR, verdict
+    label and comment, then merge (the merge closes the issue) or abandon."""
+    assert forge.lane is not None
     owner, name = repo.split("/", 1)
     for number in numbers:
-        forge.finish_issue(owner, name, number, comment="Verdict: pass.", labels=["eval-pass"])
+        forge.lane.gate.release(owner, name, number)
+    forge.lane.run_once(time.time() + 1)
+
+
+def merged_prs(app: App, batch_id: str) -> int:
+    """Tasks whose result (final or settling) has a merged pull request."""
+    count = 0
+    for task in app.store.get_tasks(batch_id):
+        result = task.settling.result if task.settling else task.result
+        count += bool(result and result.pull_request and result.pull_request.merged)
+    return count
 
 
 def main() -> None:
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--tasks", type=int, default=10_000)
     args_parser.add_argument("--closed", type=int, default=100)
+    args_parser.add_argument("--merge-ratio", type=float, default=1.0)
+    args_parser.add_argument("--settle", type=float, default=10.0, help="settle_seconds")
+    args_parser.add_argument(
+        "--pause", type=float, default=2.0, help="seconds between intake and the first cycle"
+    )
     args_parser.add_argument(
         "--sample",
         type=int,
@@ -77,9 +107,15 @@ def main() -> None:
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("poll", command_line())
-    closed_target = 1 + math.ceil(args.closed / PAGE_LIMIT) + args.closed
-    with SandboxForge(port=0) as forge, tempfile.TemporaryDirectory(prefix="bench-poll-") as home:
-        settings = settings_for(home, forge.url, forge.token, forge.user, poll_interval=3600)
+    base_target = 1 + math.ceil(args.closed / PAGE_LIMIT) + args.closed
+    lane = LaneConfig(mode="pulls", delay=0, interval=3600, merge_ratio=args.merge_ratio)
+    with (
+        SandboxForge(port=0, lane=lane, hold_lane=True) as forge,
+        tempfile.TemporaryDirectory(prefix="bench-poll-") as home,
+    ):
+        settings = settings_for(
+            home, forge.url, forge.token, forge.user, poll_interval=3600, settle_seconds=args.settle
+        )
         every = settings.full_poll_every
         app = build_app(settings)
         app.billing.add_client("bench", 0)
@@ -89,18 +125,28 @@ def main() -> None:
         repo = app.store.get_batch(batch_id).repo
         numbers = sorted(int(i["issue_number"]) for i in submitted["issues"])
         service = Service(app)
+        # The 1 s `since` overlap lists issues created in the second before the previous
+        # listing again, and while results settle the listing shows open issues too: in
+        # service, intake and closures are minutes apart, so let the intake's second pass.
+        time.sleep(args.pause)
 
         full = Cycle(service, forge)  # cycle 1: the periodic full poll
         idle = Cycle(service, forge)  # cycle 2: nothing changed
-        finish(forge, repo, numbers[: args.closed])
-        closed = Cycle(service, forge)  # cycle 3: closures
+        resolve(forge, repo, numbers[: args.closed])
+        closed = Cycle(service, forge)  # cycle 3: closures read, settling
+        merged = merged_prs(app, batch_id)
         after = Cycle(service, forge)  # cycle 4: idle, right after
+        time.sleep(max(0.0, args.settle - (time.perf_counter() - closed.ended)) + 1.5)
+        settled = Cycle(service, forge)  # cycle 5: settle time passed, nothing changed
         tasks = app.store.get_tasks(batch_id)
-        finished = sum(1 for t in tasks if t.status == "passed")
+        finished = sum(1 for t in tasks if t.status.is_finished)
         assert finished == args.closed, f"{finished} tasks finished, expected {args.closed}"
-        open_count = sum(1 for t in tasks if t.status == "open")
+        app.poller.settings = settings.model_copy(update={"pull_details": False})
+        resolve(forge, repo, numbers[args.closed : 2 * args.closed])
+        plain = Cycle(service, forge)  # cycle 6: closures read without pull details
+        open_count = sum(1 for t in app.store.get_tasks(batch_id) if t.status == "open")
 
-        amortized = (full.requests + (every - 1) * idle.requests) / every
+        closed_target = base_target + merged
         result.add(
             "idle cycle (nothing changed)",
             idle.requests,
@@ -110,16 +156,25 @@ def main() -> None:
             note=idle.note(),
         )
         result.add(
-            f"cycle with {args.closed} closed",
+            f"cycle with {args.closed} closed ({merged} PRs merged), pull_details on",
             closed.requests,
             "requests",
             f"<= {closed_target}",
             closed.requests <= closed_target,
-            note=f"{closed.pages} list pages + {closed.comments} comment GETs; " + closed.note(),
+            note=closed.reads() + closed.note(),
+        )
+        result.add(
+            f"cycle with {args.closed} closed, pull_details off",
+            plain.requests,
+            "requests",
+            f"<= {base_target}",
+            plain.requests <= base_target and plain.pulls == 0,
+            note=plain.reads() + plain.note(),
         )
         relisted = (
             "the 1 s `since` overlap (forge clock) lists the closures made in the "
-            "second before the previous listing once more, without comment GETs"
+            "second before the previous listing once more; settling tasks are not read "
+            "again while the listing shows them unchanged"
             if after.pages > 1
             else "one list page"
         )
@@ -128,10 +183,19 @@ def main() -> None:
             after.requests,
             "requests",
             "<= 2",
-            after.requests <= 2,
-            note=f"{after.pages} list pages, {after.comments} comment GETs: {relisted}; "
+            after.requests <= 2 and after.timelines == 0,
+            note=f"{after.pages} list pages, {after.timelines} timeline GETs: {relisted}; "
             + after.note(),
         )
+        result.add(
+            f"cycle finishing {args.closed} settled results ({args.settle:g} s)",
+            settled.requests,
+            "requests",
+            "<= 2",
+            settled.requests <= 2 and settled.timelines == 0,
+            note=settled.reads() + "results kept from the closure cycle; " + settled.note(),
+        )
+        amortized = (full.requests + (every - 1) * idle.requests) / every
         result.add(
             f"full cycle (1 in {every}), nothing deleted",
             full.requests,
@@ -159,7 +223,7 @@ def main() -> None:
 
         # The seed's per-task polling: one GET per open issue, timed on a sample.
         client = GiteaClient(forge.url, forge.token)
-        sample = numbers[args.closed : args.closed + args.sample]
+        sample = numbers[2 * args.closed : 2 * args.closed + args.sample]
         forge.clear_requests()
         with Stopwatch() as per_task:
             for number in sample:
@@ -184,7 +248,7 @@ def main() -> None:
         # A deleted issue: the next full cycle's probe counts one open issue too few.
         owner, name = repo.split("/", 1)
         forge.delete_issue(owner, name, numbers[-1])
-        service.cycles = every * (service.cycles // every + 1)  # the next cycle is full
+        service.forge.cycles = every * (service.cycles // every + 1)  # the next cycle is full
         deleted = Cycle(service, forge)
         missing = sum(1 for t in app.store.get_tasks(batch_id) if t.status == "missing")
         assert missing == 1, f"{missing} tasks missing after the deletion, expected 1"

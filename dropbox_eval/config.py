@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .forge import GiteaClient
 
 ENV_PREFIX = "SAAS_EVAL_"
+VerdictStatus = Literal["passed", "failed", "no_verdict"]
 _REPO_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}/[A-Za-z0-9._-]{1,100}$")
 
 
@@ -36,6 +37,10 @@ class Settings(BaseSettings):
     task_label: str = "eval-task"
     pass_label: str = "eval-pass"
     fail_label: str = "eval-fail"
+    merged_status: VerdictStatus = "passed"
+    unmerged_status: VerdictStatus = "no_verdict"
+    pull_details: bool = True
+    settle_seconds: float = Field(default=10.0, ge=0)
     polling: bool = False
     quiet_period: float = Field(default=1.0, ge=0)
     rescan_interval: float = Field(default=30.0, gt=0)

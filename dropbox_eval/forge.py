@@ -2,7 +2,8 @@
 
 Quirks handled here (see README "Forge compatibility"): labels are given by id on create,
 `limit` is capped at 50 so lists are paged until a short page, `since` filters on update time,
-PATCH answers 201, the comments of a missing issue answer 500 on Gitea, and logins, org and
+PATCH answers 201, the timeline of a missing issue answers 500 on Gitea (and pages without
+a Link header or a real total), and logins, org and
 repo names are case-insensitive.
 
 Label names are not unique on Gitea, and the issue list's `labels` filter takes names only
@@ -28,7 +29,6 @@ from typing import Any
 import requests
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
-from pydantic import ValidationError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -39,16 +39,18 @@ from tenacity import (
 
 from .errors import ForgeNotFound, ForgePermanent, ForgeRetryable
 from .forgewire import (
-    ForgeComment,
     ForgeIssue,
+    ForgePull,
+    ForgeTimelineEntry,
     json_body,
     parse_issue,
+    parse_model,
     rfc3339,
     server_time,
     status_error,
 )
 
-__all__ = ["ForgeComment", "ForgeIssue", "GiteaClient"]
+__all__ = ["ForgeIssue", "ForgePull", "ForgeTimelineEntry", "GiteaClient"]
 
 PAGE_LIMIT = 50
 LABEL_LOCK_TIMEOUT = 60.0
@@ -93,7 +95,17 @@ class GiteaClient:
             if label_lock
             else threading.Lock()
         )
-        self.listed_at: datetime | None = None  # forge clock at the start of the last list
+        self._clock = threading.local()  # repos are polled in parallel on one client
+
+    @property
+    def listed_at(self) -> datetime | None:
+        """The forge's clock at the start of this thread's last listing."""
+        moment: datetime | None = getattr(self._clock, "listed_at", None)
+        return moment
+
+    @listed_at.setter
+    def listed_at(self, moment: datetime | None) -> None:
+        self._clock.listed_at = moment
 
     # -- transport ----------------------------------------------------------------------
 
@@ -128,15 +140,18 @@ class GiteaClient:
         backoff = wait_exponential_jitter(multiplier=0.5, max=self.max_wait, jitter=0.5)
         return float(backoff(state))
 
-    def _pages(self, path: str, params: dict[str, Any]) -> Iterator[list[Any]]:
+    def _pages(
+        self, path: str, params: dict[str, Any], *, clock: bool = True
+    ) -> Iterator[list[Any]]:
         """Every page of a list; stops on a page without `rel="next"` (or a short page when
-        the server sends no Link header). Sets `listed_at` from the first page's Date."""
+        the server sends no Link header). With `clock`, sets `listed_at` from the first
+        page's Date (a timeline read inside a listing must not move it)."""
         page = 1
         while True:
             response = self._retrying_send(
                 "GET", path, params={**params, "page": page, "limit": PAGE_LIMIT}
             )
-            if page == 1:
+            if page == 1 and clock:
                 self.listed_at = server_time(response)
             items = json_body(response)
             if not isinstance(items, list):
@@ -350,18 +365,22 @@ class GiteaClient:
         """One issue; ForgeNotFound when deleted."""
         return parse_issue(self._request("GET", f"/repos/{repo}/issues/{number}"))
 
-    def list_comments(self, repo: str, number: int) -> list[ForgeComment]:
-        """All comments of an issue, oldest first; ForgeNotFound when the issue is gone."""
+    def timeline(self, repo: str, number: int) -> list[ForgeTimelineEntry]:
+        """Every timeline entry of an issue, oldest first: paged until a short page (the
+        timeline sends no Link and counts only the page); ForgeNotFound when the issue is
+        gone (Gitea answers 500 there, so a GET of the issue confirms it)."""
+        path = f"/repos/{repo}/issues/{number}/timeline"
         try:
-            data = self._request("GET", f"/repos/{repo}/issues/{number}/comments")
+            items = [item for page in self._pages(path, {}, clock=False) for item in page]
         except ForgeRetryable as exc:
-            if exc.status == 500:  # Gitea answers 500 for the comments of a missing issue
+            if exc.status == 500:
                 self.get_issue(repo, number)
             raise
-        try:
-            return [ForgeComment.model_validate(item) for item in data]
-        except (TypeError, ValidationError) as exc:
-            raise ForgePermanent(f"unexpected comments JSON from forge: {exc}") from exc
+        return [parse_model(ForgeTimelineEntry, item, "timeline") for item in items]
+
+    def get_pull(self, repo: str, number: int) -> ForgePull:
+        """One pull request (merge sha, size); ForgeNotFound when missing."""
+        return parse_model(ForgePull, self._request("GET", f"/repos/{repo}/pulls/{number}"), "pull")
 
     def comment(self, repo: str, number: int, body: str) -> None:
         """Add a comment to an issue."""

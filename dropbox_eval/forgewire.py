@@ -1,11 +1,12 @@
-"""The forge's wire format: the JSON it answers (issues, comments), its timestamps and
-headers, and HTTP statuses translated into the project's errors (used by forge.py only)."""
+"""The forge's wire format: the JSON it answers (issues, timelines, pull requests), its
+timestamps and headers, and HTTP statuses translated into the project's errors (used by
+forge.py only)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import requests
 from pydantic import AfterValidator, BaseModel, ValidationError
@@ -35,14 +36,68 @@ class ForgeIssue(BaseModel):
     html_url: str
     updated_at: UtcDatetime
     closed_at: UtcDatetime | None = None
+    comments: int = 0
 
 
-class ForgeComment(BaseModel):
-    """One issue comment."""
+class ForgeRefPull(BaseModel):
+    """`pull_request` of an issue that is a pull request (live merge state)."""
+
+    merged: bool = False
+    merged_at: UtcDatetime | None = None
+    html_url: str = ""
+
+
+class ForgeRefIssue(BaseModel):
+    """`ref_issue` of a timeline entry: the referencing issue or pull request."""
+
+    number: int
+    html_url: str = ""
+    state: str = ""
+    pull_request: ForgeRefPull | None = None
+
+
+class ForgeUser(BaseModel):
+    """Who wrote a timeline entry."""
+
+    login: str = ""
+
+
+class ForgeTimelineEntry(BaseModel):
+    """One entry of an issue's timeline (Gitea's `TimelineComment`): `comment`, `label`,
+    `pull_ref`, `close`, `reopen`, ... (unknown types are kept and ignored)."""
 
     id: int
-    body: str
+    type: str
+    body: str | None = ""
+    user: ForgeUser | None = None
     created_at: UtcDatetime
+    ref_action: str | None = "none"
+    ref_issue: ForgeRefIssue | None = None
+
+
+class ForgePull(BaseModel):
+    """The parts of a Gitea pull request this product reads."""
+
+    number: int
+    html_url: str
+    state: str
+    merged: bool = False
+    merged_at: UtcDatetime | None = None
+    merge_commit_sha: str | None = None
+    additions: int | None = None
+    deletions: int | None = None
+    changed_files: int | None = None
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def parse_model(model: type[Model], data: Any, what: str) -> Model:
+    """`data` as `model`; ForgePermanent naming `what` when it does not fit."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ForgePermanent(f"unexpected {what} JSON from forge: {exc}") from exc
 
 
 def parse_issue(data: Any) -> ForgeIssue:

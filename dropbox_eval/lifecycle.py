@@ -16,7 +16,7 @@ from .errors import Busy, ForgeError, ForgeNotFound, ForgeRetryable, NotRunning
 from .forge import GiteaClient
 from .markers import find_marked
 from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
-from .poller import Poller, ended
+from .poller import Poller, ended, settled
 from .schedule import Schedule, is_due
 from .settle import Settler
 from .store import Store
@@ -139,8 +139,13 @@ class Lifecycle:
         why = WHY[status].format(failure=failure)
         tasks = self.store.get_tasks(batch_id)
         change = ended(ABORTED_TASK[status], why)
-        self.store.update_tasks(
-            batch_id, {t.task_id: change for t in tasks if not t.status.is_finished}
+        self.store.update_tasks(  # a task the lane closed keeps the result read so far
+            batch_id,
+            {
+                t.task_id: settled(t.settling) if t.settling else change
+                for t in tasks
+                if not t.status.is_finished
+            },
         )
         return self.settler.close(batch_id, self.store.get_tasks(batch_id), status, failure=failure)
 
@@ -160,6 +165,9 @@ class Lifecycle:
             )
             tasks = self.store.get_tasks(batch_id)
         open_tasks = [t for t in tasks if t.status == TaskStatus.OPEN and t.issue_number]
+        closed_by_lane = {t.task_id: settled(t.settling) for t in open_tasks if t.settling}
+        self.store.update_tasks(batch_id, closed_by_lane)  # their issues are closed already
+        open_tasks = [t for t in open_tasks if t.task_id not in closed_by_lane]
         if not open_tasks:
             return
         label_id = self.gitea.ensure_label(batch.repo, f"eval-{status}", "cccccc")

@@ -33,12 +33,14 @@ class BatchStatus(StrEnum):
 
 
 class TaskStatus(StrEnum):
-    """`pending` (no issue yet) -> `open` -> a finished status."""
+    """`pending` (no issue yet) -> `open` -> a finished status. `closed` is what records
+    stored before `no_verdict` existed say for a lane close without a verdict."""
 
     PENDING = "pending"
     OPEN = "open"
     PASSED = "passed"
     FAILED = "failed"
+    NO_VERDICT = "no_verdict"
     CLOSED = "closed"
     MISSING = "missing"
     CANCELLED = "cancelled"
@@ -52,8 +54,14 @@ class TaskStatus(StrEnum):
 
     @property
     def is_lane_verdict(self) -> bool:
-        """Finished by the lane (these are charged); the rest ended without its work."""
-        return self in (TaskStatus.PASSED, TaskStatus.FAILED, TaskStatus.CLOSED)
+        """Finished by the lane (these are charged); the rest ended without its work. A
+        `no_verdict` close is the lane's work too: it picked the task up and closed it."""
+        return self in (
+            TaskStatus.PASSED,
+            TaskStatus.FAILED,
+            TaskStatus.NO_VERDICT,
+            TaskStatus.CLOSED,
+        )
 
 
 def _check_id(value: str) -> str:
@@ -154,11 +162,38 @@ class BatchFile(BaseModel):
         return url
 
 
+class PullRequestRef(BaseModel):
+    """The pull request that resolved a task (merged) or was abandoned (not merged).
+    `merge_commit_sha` and the size fields come from one more GET of the pull request
+    (setting `pull_details`); null without it."""
+
+    number: int
+    url: str
+    merged: bool
+    merged_at: datetime | None = None
+    merge_commit_sha: str | None = None
+    additions: int | None = None
+    deletions: int | None = None
+    changed_files: int | None = None
+
+
 class TaskResult(BaseModel):
     """What the lane said about one task."""
 
     summary: str = ""
     details: Any = None
+    pull_request: PullRequestRef | None = None
+
+
+class Settling(BaseModel):
+    """A closed issue's result, read but not final until nothing changed about the issue
+    for `settle_seconds` (the task stays `open` meanwhile)."""
+
+    status: TaskStatus
+    result: TaskResult
+    closed_at: datetime | None = None
+    changed_at: datetime  # the forge's time of the last change seen
+    seen: str  # what the issue listing showed when read (see poller.listing_key)
 
 
 class TaskRecord(BaseModel):
@@ -174,6 +209,7 @@ class TaskRecord(BaseModel):
     result: TaskResult | None = None
     created_at: datetime
     finished_at: datetime | None = None
+    settling: Settling | None = None  # closed by the lane, not settled yet
 
 
 class BatchRecord(BaseModel):
@@ -249,6 +285,7 @@ class ReportResult(BaseModel):
     summary: str
     issue_url: str | None
     details: Any = None
+    pull_request: PullRequestRef | None = None
 
 
 class Report(BaseModel):

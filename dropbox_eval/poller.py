@@ -1,4 +1,12 @@
-"""Poller: closed issues -> task results, one paged listing per repo for all its batches."""
+"""Poller: closed issues -> task results, one paged listing per repo for all its batches.
+
+A closed issue is read once (its timeline, plus the merged pull request with `pull_details`)
+and its result kept on the task as `settling`; the task finishes only once nothing about the
+issue changed for `settle_seconds`, because a lane's close, label and verdict comment are
+separate API calls that may arrive seconds apart and in any order. While settling, the
+listing also shows open issues (a reopen sends the task back to running) and an issue is
+read again only when the listing shows it changed (see `listing_key`).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +18,17 @@ from typing import Any
 from .config import Settings
 from .errors import ForgeError, ForgeNotFound
 from .forge import ForgeIssue, GiteaClient
-from .models import BatchRecord, BatchStatus, TaskRecord, TaskResult, TaskStatus, utcnow
-from .report import read_result
+from .models import (
+    BatchRecord,
+    BatchStatus,
+    PullRequestRef,
+    Settling,
+    TaskRecord,
+    TaskResult,
+    TaskStatus,
+    utcnow,
+)
+from .report import Reading, VerdictRules, read_result
 from .settle import Settler
 from .store import Store
 
@@ -34,6 +51,11 @@ class Poller:
         self._gitea = gitea
         self.settings = settings
         self.settler = settler
+        self.rules = VerdictRules(
+            labels={name: TaskStatus(s) for name, s in settings.label_results.items()},
+            merged=TaskStatus(settings.merged_status),
+            unmerged=TaskStatus(settings.unmerged_status),
+        )
 
     @property
     def gitea(self) -> GiteaClient:
@@ -75,15 +97,16 @@ class Poller:
                 self._list_closed(batches, open_tasks, full, probe, changes, unread) or started
             )
         for batch in batches:
-            finished = changes[batch.batch_id]
-            self.store.update_tasks(batch.batch_id, finished)
-            for task_id, change in finished.items():
-                log.info(
-                    "batch %s: task %s finished as %s", batch.batch_id, task_id, change["status"]
-                )
+            changed = changes[batch.batch_id]
+            self.store.update_tasks(batch.batch_id, changed)
+            for task_id, change in changed.items():
+                _log_change(batch.batch_id, task_id, change)
             polled_at = batch.last_polled_at if batch.batch_id in unread else started
-            self.refresh_progress(batch, _applied(tasks[batch.batch_id], finished), polled_at)
-        return {batch_id: list(finished) for batch_id, finished in changes.items()}
+            self.refresh_progress(batch, _applied(tasks[batch.batch_id], changed), polled_at)
+        return {
+            batch_id: [task_id for task_id, change in changed.items() if "status" in change]
+            for batch_id, changed in changes.items()
+        }
 
     def _list_closed(
         self,
@@ -96,8 +119,9 @@ class Poller:
     ) -> datetime | None:
         repo = batches[0].repo
         label = self.settings.task_label
+        unsettled = sum(1 for _, task in open_tasks.values() if task.settling is None)
         if full and probe:  # a listing of everything only when issues went missing
-            full = self.gitea.count_issues(repo, state="open", labels=label) < len(open_tasks)
+            full = self.gitea.count_issues(repo, state="open", labels=label) < unsettled
         polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
         since = None
         if not full and len(polled) == len(batches):
@@ -116,47 +140,111 @@ class Poller:
         unread: set[str],
     ) -> Iterator[tuple[Owner, dict[str, Any]]]:
         seen: set[int] = set()
+        settling = any(task.settling is not None for _, task in open_tasks.values())
+        state = "all" if full or settling else "closed"  # while settling, reopens count
         for issue in self.gitea.iter_issues(
-            repo, state="all" if full else "closed", labels=self.settings.task_label, since=since
+            repo, state=state, labels=self.settings.task_label, since=since
         ):
             seen.add(issue.number)
             owner = open_tasks.get(issue.number)
-            if owner is not None and issue.state == "closed":
-                try:
-                    yield owner, self.finish(repo, issue)
-                except ForgeError as exc:
-                    log.warning(
-                        "batch %s: result of issue #%d unreadable, retried next cycle: %s",
-                        owner[0].batch_id,
-                        issue.number,
-                        exc,
-                    )
-                    unread.add(owner[0].batch_id)
-        if full:
-            for number, owner in open_tasks.items():
-                change = None if number in seen else self._check_unseen(repo, number)
-                if change is not None:
-                    yield owner, change
+            if owner is None:
+                continue
+            try:
+                change = self.observe(repo, owner[1], issue)
+            except ForgeError as exc:
+                log.warning(
+                    "batch %s: result of issue #%d unreadable, retried next cycle: %s",
+                    owner[0].batch_id,
+                    issue.number,
+                    exc,
+                )
+                unread.add(owner[0].batch_id)
+                continue
+            if change is not None:
+                yield owner, change
+        for number, owner in open_tasks.items():
+            if number in seen:
+                continue
+            if full:
+                change = self._check_unseen(repo, owner[1])
+            elif owner[1].settling is not None:  # unchanged since it was read
+                change = self._settled(owner[1].settling)
+            else:
+                change = None
+            if change is not None:
+                yield owner, change
 
-    def _check_unseen(self, repo: str, number: int) -> dict[str, Any] | None:
+    def _check_unseen(self, repo: str, task: TaskRecord) -> dict[str, Any] | None:
         try:
-            issue = self.gitea.get_issue(repo, number)
+            issue = self.gitea.get_issue(repo, task.issue_number or 0)
         except ForgeNotFound:
             return ended(TaskStatus.MISSING, "the issue was deleted before the lane finished it")
-        return self.finish(repo, issue) if issue.state == "closed" else None
+        return self.observe(repo, task, issue)
 
-    def finish(self, repo: str, issue: ForgeIssue) -> dict[str, Any]:
-        """The task change for a closed issue: status, result and when it finished."""
+    def observe(self, repo: str, task: TaskRecord, issue: ForgeIssue) -> dict[str, Any] | None:
+        """The change a listed issue makes to its open task: none while open (back to
+        running when it was reopened before settling); once closed, its result read from
+        the timeline (again only if the issue changed), final when settled."""
+        known = task.settling
+        if issue.state != "closed":
+            return None if known is None else {"settling": None}
+        if known is not None and known.seen == listing_key(issue):
+            return self._settled(known)
+        return self.finish(repo, issue, known)
+
+    def finish(self, repo: str, issue: ForgeIssue, known: Settling | None = None) -> dict[str, Any]:
+        """The task change for a closed issue: its final result (status, result, when it
+        finished) if settled, else `settling` with the result read so far; `missing` when
+        the issue was deleted. `known`: the previous reading, whose pull details are reused."""
         try:
-            comments = self.gitea.list_comments(repo, issue.number)
+            reading = self._read(repo, issue, known)
         except ForgeNotFound:
             return ended(TaskStatus.MISSING, "the issue was deleted")
-        status, result = read_result(issue, comments, self.settings.label_results)
-        return {
-            "status": TaskStatus(status),
-            "result": result,
-            "finished_at": issue.closed_at or utcnow(),
-        }
+        snapshot = Settling(
+            status=reading.status,
+            result=reading.result,
+            closed_at=reading.closed_at,
+            changed_at=reading.changed_at,
+            seen=listing_key(issue),
+        )
+        return self._settled(snapshot) or {"settling": snapshot}
+
+    def _read(self, repo: str, issue: ForgeIssue, known: Settling | None) -> Reading:
+        reading = read_result(issue, self.gitea.timeline(repo, issue.number), self.rules)
+        pull = reading.result.pull_request
+        if pull is None or not pull.merged or not self.settings.pull_details:
+            return reading
+        pull = self._pull_details(repo, pull, known.result.pull_request if known else None)
+        return reading._replace(result=reading.result.model_copy(update={"pull_request": pull}))
+
+    def _pull_details(
+        self, repo: str, pull: PullRequestRef, known: PullRequestRef | None
+    ) -> PullRequestRef:
+        """Merge sha and size of a merged pull request: one GET, none when read before."""
+        if known is not None and known.number == pull.number and known.merge_commit_sha:
+            return known
+        try:
+            got = self.gitea.get_pull(repo, pull.number)
+        except ForgeNotFound:
+            return pull
+        return pull.model_copy(
+            update={
+                "url": got.html_url or pull.url,
+                "merged_at": got.merged_at or pull.merged_at,
+                "merge_commit_sha": got.merge_commit_sha or None,
+                "additions": got.additions,
+                "deletions": got.deletions,
+                "changed_files": got.changed_files,
+            }
+        )
+
+    def _settled(self, snapshot: Settling) -> dict[str, Any] | None:
+        """The final change once nothing changed for `settle_seconds` (forge clock)."""
+        wait = self.settings.settle_seconds
+        now = self.gitea.listed_at or utcnow()
+        if wait > 0 and now - snapshot.changed_at < timedelta(seconds=wait):
+            return None
+        return settled(snapshot)
 
     def refresh_progress(
         self, batch: BatchRecord, tasks: list[TaskRecord], polled_at: datetime | None
@@ -172,6 +260,32 @@ class Poller:
         if done != batch.done:
             fields["done"] = done  # the index row is rewritten only when progress moved
         return self.store.update_batch(batch.batch_id, **fields)
+
+
+def listing_key(issue: ForgeIssue) -> str:
+    """What the issue listing shows of an issue's changes. `updated_at` has whole seconds
+    only, so the labels and the comment count also tell a change within the same second."""
+    labels = ",".join(sorted(issue.labels))
+    return f"{issue.updated_at.isoformat()}|{issue.state}|{issue.comments}|{labels}"
+
+
+def settled(snapshot: Settling) -> dict[str, Any]:
+    """The change that finishes a task with the result read while it settled."""
+    return {
+        "status": snapshot.status,
+        "result": snapshot.result,
+        "finished_at": snapshot.closed_at or utcnow(),
+        "settling": None,
+    }
+
+
+def _log_change(batch_id: str, task_id: str, change: dict[str, Any]) -> None:
+    if "status" in change:
+        log.info("batch %s: task %s finished as %s", batch_id, task_id, change["status"])
+    elif change.get("settling") is None:
+        log.info("batch %s: task %s reopened before settling; polled again", batch_id, task_id)
+    else:
+        log.debug("batch %s: task %s closed; settling", batch_id, task_id)
 
 
 def ended(status: TaskStatus, why: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
         owner=forge.user,
         quiet_period=0.1,
         poll_interval=0.2,
+        settle_seconds=0,  # tests close issues in one go; test_lane_results.py settles
         task_price=2,
         retry_base=0.2,
         retry_cap=2.0,

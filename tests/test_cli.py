@@ -18,6 +18,7 @@ def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch):  
     for key in list(__import__("os").environ):
         if key.startswith("SAAS_EVAL_"):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("SAAS_EVAL_SETTLE_SECONDS", "0")  # a closed issue finishes at once
     runner = CliRunner()
     base = [
         "--home",

@@ -93,7 +93,7 @@ def test_bad_token_and_missing_issue(forge: SandboxForge) -> None:
     with pytest.raises(ForgeNotFound):
         good.get_issue(repo, 99)
     with pytest.raises(ForgeNotFound):
-        good.list_comments(repo, 99)  # Gitea answers 500 here; the client checks the issue
+        good.timeline(repo, 99)  # Gitea answers 500 here; the client checks the issue
 
 
 def test_since_is_sent_as_strict_rfc3339(client: GiteaClient, forge: SandboxForge) -> None:

@@ -93,7 +93,7 @@ def test_poll_stores_results_of_closed_issues_and_skips_open(
     assert (batch.status, batch.done) == ("running", 2)
 
 
-def test_closed_without_verdict_label_is_closed_and_deleted_issue_is_missing(
+def test_closed_without_verdict_label_is_no_verdict_and_deleted_issue_is_missing(
     app: App, forge: SandboxForge, funded: str
 ) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
@@ -103,7 +103,7 @@ def test_closed_without_verdict_label_is_closed_and_deleted_issue_is_missing(
     forge.delete_issue(owner, name, second.issue_number or 0)
     app.poller.poll_completed(batch_id, full=True)
     status = {t.task_id: t.status for t in app.store.get_tasks(batch_id)}
-    assert status == {"t1": "closed", "t2": "missing"}
+    assert status == {"t1": "no_verdict", "t2": "missing"}
     assert app.store.get_batch(batch_id).status == "completed"
 
 

@@ -34,7 +34,7 @@ def test_shared_repo_costs_one_request_per_idle_cycle(
         )
     forge.clear_requests()
     service.poll_cycle()
-    assert len(forge.requests) == 1 + len(finished)  # one listing + each new final comment
+    assert len(forge.requests) == 1 + len(finished)  # one listing + each closed timeline
     assert [t.status for t in app.store.get_tasks(ids[0])].count("passed") == 1
     assert [t.status for t in app.store.get_tasks(ids[1])].count("passed") == 0
     assert app.store.get_tasks(ids[2])[3].status == "passed"
@@ -80,7 +80,7 @@ def test_an_unreadable_result_does_not_block_the_others(
     for batch_id in (first, second):
         number = app.store.get_tasks(batch_id)[0].issue_number or 0
         forge.finish_issue(forge.user, "shared", number, comment="ok", labels=["eval-pass"])
-    forge.fail_next(20, 502, path_contains=f"/issues/{broken}/comments")
+    forge.fail_next(20, 502, path_contains=f"/issues/{broken}/timeline")
     service.poll_cycle()
     assert app.store.get_tasks(first)[0].status == "open"
     assert app.store.get_tasks(second)[0].status == "passed"

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import read_json, tasks, wait_for
 
 
@@ -33,7 +34,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> None:
     env = _env(
-        SAAS_EVAL_POLL_INTERVAL="0.3", SAAS_EVAL_QUIET_PERIOD="0.2", SAAS_EVAL_RESCAN_INTERVAL="600"
+        SAAS_EVAL_POLL_INTERVAL="0.3",
+        SAAS_EVAL_QUIET_PERIOD="0.2",
+        SAAS_EVAL_RESCAN_INTERVAL="600",
+        SAAS_EVAL_SETTLE_SECONDS="1",
     )
     assert _cli(tmp_path, "clients", "add", "acme", "--credits", "10", env=env).returncode == 0
     service = subprocess.Popen(
@@ -93,9 +97,10 @@ def test_invalid_setting_is_one_line(tmp_path: Path) -> None:
     assert "SAAS_EVAL_POLL_INTERVAL" in result.stderr
 
 
-def test_demo_runs_in_an_empty_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lane", [[], ["--lane", "labels"]], ids=["pulls", "labels"])
+def test_demo_runs_in_an_empty_folder(tmp_path: Path, lane: list[str]) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "demo", "--lane-delay", "0.2"],
+        [sys.executable, "-m", "dropbox_eval", "demo", "--lane-delay", "0.2", *lane],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -108,3 +113,9 @@ def test_demo_runs_in_an_empty_folder(tmp_path: Path) -> None:
     report = read_json(reports[0])
     assert report["counts"] == {"total": 3, "passed": 2, "failed": 1}
     assert str(reports[0].name) in result.stdout
+    pulls = {r["task_id"]: r["pull_request"] for r in report["results"]}
+    if lane:  # labels: no pull requests
+        assert pulls == {"t1": None, "t2": None, "t3": None}
+    else:  # pulls (the default): merged with a merge sha, and the lane:fail one abandoned
+        assert pulls["t1"]["merged"] is True and len(pulls["t1"]["merge_commit_sha"]) == 40
+        assert pulls["t2"]["merged"] is False and pulls["t2"]["merge_commit_sha"] is None

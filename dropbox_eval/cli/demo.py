@@ -16,7 +16,9 @@ from ..models import utcnow
 from ..service import Service
 from . import Context
 from .output import console, fail, friendly_errors
+from .service import lane_option, sandbox_options
 
+DEMO_SETTLE_SECONDS = 4.0  # twice the sandbox lane's default SANDBOX_COMMENT_LAG
 DEMO_BATCH = {
     "batch_ref": "demo-1",
     "tasks": [
@@ -45,12 +47,18 @@ DEMO_BATCH = {
 @click.command()
 @click.option("--lane-delay", type=float, default=1.0, show_default=True)
 @click.option("--timeout", type=float, default=60.0, show_default=True)
+@lane_option(
+    "pulls",
+    "The lane's protocol: `pulls` opens a PR per task and merges it (the `lane:fail` task's "
+    "PR is abandoned); `labels` only labels, comments and closes.",
+)
 @click.pass_obj
-def demo(obj: Context, lane_delay: float, timeout: float) -> None:
+def demo(obj: Context, lane_delay: float, timeout: float, lane: str) -> None:
     """The whole flow in this folder on the embedded sandbox forge; prints the report."""
     from ..sandbox import SandboxForge
 
-    with friendly_errors(), SandboxForge.from_env(lane_delay=lane_delay) as forge:
+    forge_run = SandboxForge.from_env(lane_delay=lane_delay, options=sandbox_options(lane))
+    with friendly_errors(), forge_run as forge:
         settings = obj.settings(
             gitea_url=forge.url,
             gitea_token=forge.token,
@@ -58,6 +66,7 @@ def demo(obj: Context, lane_delay: float, timeout: float) -> None:
             repo=None,
             poll_interval=0.5,
             quiet_period=0.2,
+            settle_seconds=DEMO_SETTLE_SECONDS,
         )
         app = build_app(settings)
         client = app.store.get_client("demo")

@@ -6,8 +6,8 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -15,6 +15,28 @@ from ..app import build_app
 from ..service import Service, read_status
 from . import Context
 from .output import emit_json, friendly_errors, json_option
+
+if TYPE_CHECKING:
+    from ..sandbox import SandboxOptions
+
+# sandbox.lane_config.LANE_MODES, not imported: the sandbox (FastAPI) loads only when used
+LANE_MODES = ("labels", "pulls")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def lane_option(default: str | None, help_text: str) -> Callable[[F], F]:
+    """`--lane labels|pulls`: the sandbox lane's mode (None: `SANDBOX_LANE_MODE`)."""
+    return click.option(
+        "--lane", type=click.Choice(LANE_MODES), default=default, show_default=True, help=help_text
+    )
+
+
+def sandbox_options(lane: str | None) -> SandboxOptions:
+    """`SANDBOX_*` settings, with the lane mode from `--lane` when given."""
+    from ..sandbox import SandboxOptions
+
+    options = SandboxOptions.from_env()
+    return options if lane is None else options.model_copy(update={"lane_mode": lane})
 
 
 @click.command()
@@ -27,11 +49,14 @@ from .output import emit_json, friendly_errors, json_option
     show_default=True,
     help="With --sandbox: seconds before the simulated lane closes an issue.",
 )
+@lane_option(None, "With --sandbox: the lane's protocol (default: SANDBOX_LANE_MODE).")
 @click.option("--polling", is_flag=True, help="Poll the inbox (for NFS/SMB shares).")
 @click.pass_obj
-def run(obj: Context, once: bool, sandbox: bool, lane_delay: float, polling: bool) -> None:
+def run(
+    obj: Context, once: bool, sandbox: bool, lane_delay: float, lane: str | None, polling: bool
+) -> None:
     """Run the service: watch the inbox, open issues, poll, emit (until SIGINT/SIGTERM)."""
-    with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay) as extra:
+    with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay, lane) as extra:
         settings = obj.settings(**extra)
         settings.require_forge()
         code = Service(build_app(settings), polling=polling or settings.polling).run(once=once)
@@ -39,13 +64,15 @@ def run(obj: Context, once: bool, sandbox: bool, lane_delay: float, polling: boo
 
 
 @contextlib.contextmanager
-def _maybe_sandbox(obj: Context, enabled: bool, lane_delay: float) -> Iterator[dict[str, Any]]:
+def _maybe_sandbox(
+    obj: Context, enabled: bool, lane_delay: float, lane: str | None
+) -> Iterator[dict[str, Any]]:
     if not enabled:
         yield {}
         return
     from ..sandbox import SandboxForge
 
-    with SandboxForge.from_env(lane_delay=lane_delay) as forge:
+    with SandboxForge.from_env(lane_delay=lane_delay, options=sandbox_options(lane)) as forge:
         logging.getLogger("dropbox_eval").info(
             "sandbox forge at %s (token %s)", forge.url, forge.token
         )
@@ -81,12 +108,14 @@ def serve(obj: Context, host: str, port: int) -> None:
     show_default=True,
     help="Seconds before the simulated lane closes an issue (negative: no lane).",
 )
-def sandbox(port: int, lane_delay: float) -> None:
+@lane_option(None, "The lane's protocol (default: SANDBOX_LANE_MODE).")
+def sandbox(port: int, lane_delay: float, lane: str | None) -> None:
     """Run the sandbox forge (Gitea API subset + simulated lane) alone."""
     from ..sandbox import SandboxForge
 
-    lane = lane_delay if lane_delay >= 0 else None
-    with SandboxForge.from_env(port=port, lane_delay=lane) as forge:
+    delay = lane_delay if lane_delay >= 0 else None
+    options = sandbox_options(lane)
+    with SandboxForge.from_env(port=port, lane_delay=delay, options=options) as forge:
         click.echo(f"SAAS_EVAL_GITEA_URL={forge.url}")
         click.echo(f"SAAS_EVAL_GITEA_TOKEN={forge.token}")
         click.echo(f"SAAS_EVAL_OWNER={forge.user}")
