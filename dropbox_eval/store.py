@@ -31,7 +31,7 @@ from filelock import FileLock, Timeout
 from tinydb import Query, TinyDB
 from tinydb.storages import Storage
 
-from .errors import NotFoundError, StoreError
+from .errors import NoState, NotFoundError, StoreError
 from .fileio import write_atomically
 from .models import BatchRecord, Client, LedgerEntry, TaskRecord, is_valid_id, utcnow
 
@@ -73,13 +73,21 @@ def _dump(model: Any) -> dict[str, Any]:
 class Store:
     """Repository API over the state folder; safe across threads and processes."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, read_only: bool = False) -> None:
+        """`read_only` creates nothing and cleans nothing (for commands that only look);
+        it raises NoState when `state_dir` holds no state."""
         self.state_dir = state_dir
+        self.read_only = read_only
         self.batches_dir = state_dir / "batches"
         self.tasks_dir = state_dir / "tasks"
         self.keys_dir = state_dir / "keys"
         self.archive_dir = state_dir / "archive"
         self.leases_dir = state_dir / "leases"
+        self._lock = FileLock(str(state_dir / "store.lock"))
+        if read_only:
+            if not self.batches_dir.is_dir():
+                raise NoState(f"no state folder at {state_dir}")
+            return
         for folder in (
             self.batches_dir,
             self.tasks_dir,
@@ -87,8 +95,10 @@ class Store:
             self.archive_dir,
             self.leases_dir,
         ):
-            folder.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(state_dir / "store.lock"))
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file in the way, no permission
+                raise StoreError(f"cannot create the state folder {folder}: {exc}") from None
         self._remove_stale_temp_files()
 
     def _remove_stale_temp_files(self) -> None:
