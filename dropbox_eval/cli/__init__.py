@@ -22,17 +22,22 @@ from ..config import Settings, load_settings
 from ..store import Store
 from .logs import configure_logging
 
-SETTING_OPTIONS: list[tuple[str, str, Any]] = [
-    ("--home", "home", click.Path(path_type=Path, file_okay=False)),
-    ("--inbox", "inbox", click.Path(path_type=Path)),
-    ("--output-dir", "output_dir", click.Path(path_type=Path)),
-    ("--state-dir", "state_dir", click.Path(path_type=Path)),
-    ("--gitea-url", "gitea_url", str),
-    ("--gitea-token-file", "gitea_token_file", click.Path(path_type=Path, dir_okay=False)),
-    ("--owner", "owner", str),
-    ("--repo", "repo", str),
-    ("--poll-interval", "poll_interval", float),
-    ("--task-price", "task_price", int),
+SETTING_OPTIONS: list[tuple[str, str, Any, str]] = [
+    ("--home", "home", click.Path(path_type=Path, file_okay=False), "Root folder."),
+    ("--inbox", "inbox", click.Path(path_type=Path), "Drop folder (under home)."),
+    ("--output-dir", "output_dir", click.Path(path_type=Path), "Reports folder."),
+    ("--state-dir", "state_dir", click.Path(path_type=Path), "State folder."),
+    ("--gitea-url", "gitea_url", str, "Forge root URL."),
+    (
+        "--gitea-token-file",
+        "gitea_token_file",
+        click.Path(path_type=Path, dir_okay=False),
+        "File holding the forge token (or set SAAS_EVAL_GITEA_TOKEN).",
+    ),
+    ("--owner", "owner", str, "User or org owning eval repos."),
+    ("--repo", "repo", str, "Shared owner/name repo."),
+    ("--poll-interval", "poll_interval", float, "Seconds between poll cycles."),
+    ("--task-price", "task_price", int, "Credits per task."),
 ]
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 LONG_RUNNING = frozenset({"run", "serve", "sandbox", "sftp"})  # they log INFO by default
@@ -71,11 +76,12 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """The setting flags, accepted on the group and on every command."""
-    for flag, name, kind in reversed(SETTING_OPTIONS):
+    for flag, name, kind, text in reversed(SETTING_OPTIONS):
         func = click.option(
             flag,
             name,
             type=kind,
+            help=text,
             default=None,
             envvar=f"SAAS_EVAL_{name.upper()}",
             show_envvar=True,
@@ -102,7 +108,7 @@ def _add_setting_params(cmd: click.Command) -> None:
         return
     known = {p.name for p in cmd.params}
     probe = settings_options(lambda: None)
-    for param in getattr(probe, "__click_params__", []):
+    for param in reversed(getattr(probe, "__click_params__", [])):
         if param.name not in known:
             cmd.params.append(param)
 

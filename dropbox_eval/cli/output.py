@@ -62,7 +62,7 @@ def progress(row: dict[str, Any]) -> tuple[str, str]:
     """(bar, done) columns of a batch row: a batch that ended early shows how it ended,
     never a full bar (its unfinished tasks were cancelled, not done)."""
     if row["status"] in ENDED_EARLY:
-        return f"[{row['status']}]", f"{row.get('lane_done', '?')}/{row['total']} by the lane"
+        return f"({row['status']})", f"{row.get('lane_done', '?')}/{row['total']} by the lane"
     return bar(row["done"], row["total"]), f"{row['done']}/{row['total']}"
 
 
