@@ -110,7 +110,8 @@ class StateCollector(Collector):
     def _files(self, rows: list[dict[str, Any]]) -> Iterator[Metric]:
         accepted = {"inbox": 0, "api": 0}
         for row in rows:
-            accepted["api" if row.get("source") == "api" else "inbox"] += 1
+            source = row.get("source")  # a dropped file's path, or none/"api"
+            accepted["inbox" if source and source != "api" else "api"] += 1
         yield _family(
             CounterMetricFamily,
             "batches_accepted",
