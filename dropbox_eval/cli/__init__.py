@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from .. import __version__
 from ..app import App, build_app, open_state
@@ -62,14 +61,19 @@ class Context:
         return open_state(self.settings())
 
 
+class SettingOption(click.Option):
+    """A setting flag: `--help` names its variable, but the settings read the variable
+    (one validation, one-line errors naming it), so click leaves the environment alone."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        """Never from the environment here (see the class docstring)."""
+        return None
+
+
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """Keep a setting typed on the command line (wherever it stands); values from the
-    environment are left to the settings, which read the same variables."""
-    if (
-        value is not None
-        and param.name
-        and ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE,)
-    ):
+    """Keep a setting typed on the command line (wherever it stands; after the sub-command
+    wins over before it)."""
+    if value is not None and param.name:
         ctx.ensure_object(Context).overrides[param.name] = value
     return value
 
@@ -88,6 +92,7 @@ def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
             expose_value=False,
             callback=_remember,
             is_eager=True,
+            cls=SettingOption,
         )(func)
     return func
 
@@ -149,4 +154,3 @@ def _register() -> None:
 
 
 _register()
-logging.captureWarnings(True)
