@@ -8,7 +8,6 @@ in `--help`. Secrets never need the command line: the forge token comes from
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
