@@ -106,6 +106,7 @@ def test_metrics_match_the_store_after_a_demo_sized_run(
     assert samples[("dropbox_eval_reports", (("outcome", "pending"),))] == 0
     assert samples[("dropbox_eval_oldest_undelivered_report_age_seconds", ())] == 0
     assert samples[("dropbox_eval_inbox_waiting_files", ())] == 1
+    assert samples[("dropbox_eval_service_running", ())] == 0  # the passes ended
     created = (
         "dropbox_eval_forge_requests_total",
         (("code", "201"), ("method", "POST"), ("route", "/api/v1/repos/{owner}/{repo}/issues")),
@@ -204,7 +205,8 @@ def test_run_with_http_port_serves_metrics_and_the_page(tmp_path: Path) -> None:
                 break
         assert url, "the service never said where its page is"
         assert wait_for(lambda: requests.get(f"{url}/readyz", timeout=5).ok, 10)
-        assert "dropbox_eval_batches" in requests.get(f"{url}/metrics", timeout=5).text
+        metrics = requests.get(f"{url}/metrics", timeout=5).text
+        assert "dropbox_eval_service_running 1.0" in metrics
         page = requests.get(f"{url}/operator", params={"key": KEY}, timeout=5)
         assert page.status_code == 200 and "Service health" in page.text
     finally:

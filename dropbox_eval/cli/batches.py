@@ -15,6 +15,7 @@ from ..app import App
 from ..errors import EXIT_FAILED, EXIT_REJECTED
 from ..models import BatchRecord, BatchStatus, TaskRecord, utcnow
 from ..report import status_counts
+from ..web.health import service_running
 from . import Context
 from .output import (
     ENDED_EARLY,
@@ -25,7 +26,6 @@ from .output import (
     friendly_errors,
     json_option,
     progress,
-    service_running,
 )
 
 

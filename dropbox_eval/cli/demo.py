@@ -16,8 +16,9 @@ from ..errors import EXIT_FAILED, DropboxEvalError
 from ..fileio import write_atomically
 from ..models import utcnow
 from ..service import Service
+from ..web.health import service_running
 from . import Context
-from .output import console, fail, friendly_errors, service_running
+from .output import console, fail, friendly_errors
 
 DEMO_BATCH = {
     "batch_ref": "demo-1",

@@ -11,7 +11,6 @@ import json
 import sys
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -19,7 +18,6 @@ from rich.console import Console
 
 from ..errors import EXIT_INTERRUPTED, DropboxEvalError, answer_for
 from ..models import BatchStatus, utcnow
-from ..service import read_status
 
 # piped output keeps whole ids (rich assumes 80 columns when stdout is not a terminal)
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -73,10 +71,3 @@ def age(created_at: str) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def service_running(state_dir: Path) -> bool:
-    """Whether a service holds the state folder's lock (creates no file when none ran)."""
-    if not (state_dir / "service.lock").exists():
-        return False
-    return bool(read_status(state_dir)["running"])

@@ -16,8 +16,9 @@ import click
 from ..app import build_app
 from ..errors import ConfigError
 from ..service import Service, read_status
+from ..web.health import service_running
 from . import Context
-from .output import emit_json, friendly_errors, json_option, service_running
+from .output import emit_json, friendly_errors, json_option
 
 
 @click.command()

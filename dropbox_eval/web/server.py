@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..api import create_api
+from .collector import StateCollector
 from .health import Health
 from .page import add_operator_page
 
@@ -23,7 +24,7 @@ def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
     (the in-process service inside `run --http-port`, a lock probe for `serve`)."""
     api = create_api(app)
     health = Health(app, inbox_watched)
-    app.metrics.watch_state(app)
+    app.metrics.watch_state(StateCollector(app))
 
     @api.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
