@@ -213,3 +213,21 @@ def test_run_with_http_port_serves_metrics_and_the_page(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
     assert process.returncode == 0
+
+
+def test_the_access_log_never_shows_the_operator_key() -> None:
+    import logging
+
+    from dropbox_eval.cli.logs import RedactKey
+
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", f"/operator?note=x&key={KEY}", "1.1", 303),
+        None,
+    )
+    assert RedactKey().filter(record)
+    assert KEY not in record.getMessage() and "key=***" in record.getMessage()

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(message)s"
-NOISY = ("urllib3", "watchdog", "filelock", "asyncssh", "uvicorn.access")
+NOISY = ("urllib3", "watchdog", "filelock", "asyncssh")
+
+
+_KEY_RE = re.compile(r"([?&]key=)[^&\s]*")
+
+
+class RedactKey(logging.Filter):
+    """Keeps the operator key of `/operator?key=...` out of the access log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the arguments of the record; never drops it."""
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _KEY_RE.sub(r"\1***", arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -42,3 +58,6 @@ def configure_logging(verbose: int, log_format: str, *, service: bool) -> None:
     root.setLevel(level)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactKey) for f in access.filters):
+        access.addFilter(RedactKey())
