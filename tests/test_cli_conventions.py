@@ -189,7 +189,8 @@ def test_cancelled_batch_shows_as_cancelled_not_a_full_bar(cli: Cli) -> None:
     owner, name = json.loads(cli("batch", batch_id, "--json").stdout)["repo"].split("/")
     first = cli.forge.issues(owner, name)[0]["number"]
     cli.forge.finish_issue(owner, name, first, comment="ok", labels=["eval-pass"])
-    cli("poll")
+    polled = cli("poll")
+    assert polled.exit_code == 0 and batch_id in polled.output and "finished now" in polled.output
     assert cli("cancel", batch_id).exit_code == 0
     listing = cli("batches").output
     assert "(cancelled)" in listing and "1/2 by the lane" in listing

@@ -182,9 +182,11 @@ def poll(obj: Context, batch_id: str | None, as_json: bool) -> None:
             finished.update(app.poller.poll_batches(repo_ids, full=True, probe=False))
     if as_json:
         emit_json(finished)
-    else:
-        for one, tasks in finished.items():
-            click.echo(f"{one}: {len(tasks)} task(s) finished {' '.join(tasks)}".rstrip())
+        return
+    table = Table("batch", "finished now", "tasks")
+    for one, tasks in finished.items():
+        table.add_row(one, str(len(tasks)), " ".join(tasks))
+    console.print(table)
 
 
 @click.command()
