@@ -209,6 +209,7 @@ def test_run_with_http_port_serves_metrics_and_the_page(tmp_path: Path) -> None:
         assert "dropbox_eval_service_running 1.0" in metrics
         page = requests.get(f"{url}/operator", params={"key": KEY}, timeout=5)
         assert page.status_code == 200 and "Service health" in page.text
+        assert f"pid {process.pid} since" in page.text
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)

@@ -20,7 +20,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from ..errors import DropboxEvalError
 from ..models import BatchStatus, utcnow
 from ..rejections import RejectionLog
-from .health import Health
+from ..service import read_status
+from .health import Health, service_running
 
 if TYPE_CHECKING:
     from ..app import App
@@ -122,8 +123,14 @@ def _view(app: App, health: Health, rejections: RejectionLog) -> dict[str, Any]:
         "rejections": rejections.recent(20),
         "clients": clients,
         "readiness": health.readiness(),
+        "service": _service(app),
         "now": now.isoformat(timespec="seconds"),
     }
+
+
+def _service(app: App) -> dict[str, Any]:
+    state = app.settings.state_path
+    return read_status(state) if service_running(state) else {"running": False}
 
 
 def _age(now: datetime, then: datetime) -> str:
