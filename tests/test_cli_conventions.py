@@ -108,6 +108,19 @@ def test_read_only_commands_create_nothing_and_say_so(
     assert "Traceback" not in result.output
 
 
+def test_read_only_commands_leave_an_existing_state_as_it_is(cli: Cli) -> None:
+    cli("clients", "add", "acme", "--credits", "10")
+    batch_id = cli.submit(1)
+    stale = cli.home / "state" / "batches" / ".old.tmp"
+    stale.write_text("x")
+    os.utime(stale, (1, 1))  # a crash's leftover: only a writing command cleans it
+    before = sorted(p.relative_to(cli.home) for p in cli.home.rglob("*"))
+    for command in (["batches"], ["batch", batch_id], ["status"], ["clients", "list"]):
+        assert cli(*command).exit_code == 0
+    assert cli("watch", batch_id, "--interval", "0.05").exit_code == 1  # no service
+    assert sorted(p.relative_to(cli.home) for p in cli.home.rglob("*")) == before
+
+
 def test_a_state_dir_that_is_a_file_is_one_line_exit_2(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
