@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import requests
 
 from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
 from .delivery import Delivery
 from .emitter import Emitter, FileEmitter, WebhookEmitter
+from .errors import ConfigError, NoState
 from .forge import GiteaClient
 from .inbox import Inbox
 from .intake import Intake
 from .lifecycle import Lifecycle
 from .poller import Poller
+from .rejections import RejectionLog
 from .schedule import Schedule
 from .settle import Settler
 from .store import Store
+from .web.metrics import Metrics
 from .webhooks import Nudges, WebhookReceiver
 
 
@@ -36,6 +41,26 @@ class App:
     delivery: Delivery
     nudges: Nudges
     webhooks: WebhookReceiver
+    metrics: Metrics = field(default_factory=Metrics)
+
+
+def open_state(settings: Settings) -> Store:
+    """The store opened read-only, for commands that only look: creates nothing, and says
+    where it looked when there is no state there (NoState, exit 2)."""
+    _check_state_path(settings)
+    try:
+        return Store(settings.state_path, read_only=True)
+    except NoState:
+        raise NoState(
+            f"no dropbox-eval state at {settings.state_path}: point --home or --state-dir "
+            "(SAAS_EVAL_HOME / SAAS_EVAL_STATE_DIR) at the service's folder"
+        ) from None
+
+
+def _check_state_path(settings: Settings) -> None:
+    path = settings.state_path
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"SAAS_EVAL_STATE_DIR: {path} is not a folder")
 
 
 def build_app(settings: Settings, *, with_forge: bool = True) -> App:
@@ -44,16 +69,21 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     Forge calls and callbacks are tried once per visit (`attempts=1`): the durable
     schedule of each batch decides the next visit, so no worker ever sleeps on a retry.
     """
+    _check_state_path(settings)
     store = Store(settings.state_path)
     billing = Billing(store, settings.task_price)
+    metrics = Metrics()
     gitea = None
     if with_forge and settings.gitea_url and settings.gitea_token:
+        session = requests.Session()  # every forge exchange is counted and timed
+        session.hooks["response"].append(metrics.observe_forge)
         gitea = GiteaClient(
             settings.gitea_url,
             settings.gitea_token,
             timeout=settings.forge_timeout,
             attempts=1,
             label_lock=settings.state_path / "labels.lock",
+            session=session,
         )
     emitter = Emitter(
         FileEmitter(settings.outbox_path),
@@ -68,6 +98,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     lifecycle = Lifecycle(store, gitea, settings, poller, settler, schedule)
     intake = Intake(store, billing, gitea, settings, lifecycle)
     inbox = Inbox(settings.inbox_path, intake, lifecycle, settings.max_file_bytes)
+    inbox.on_reject = RejectionLog(settings.state_path).append
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
     nudges = Nudges()
     webhooks = WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges)
@@ -85,4 +116,5 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
         delivery,
         nudges,
         webhooks,
+        metrics,
     )

@@ -12,7 +12,7 @@ import base64
 import hashlib
 import secrets
 
-from .errors import BatchRejected, DropboxEvalError, NotFoundError
+from .errors import BatchRejected, DropboxEvalError, InvalidArgument, NotFoundError
 from .models import ID_PATTERN, Client, LedgerEntry, LedgerKind, is_valid_id, utcnow
 from .store import Store
 
@@ -39,7 +39,7 @@ class Billing:
     def add_client(self, client_id: str, credits: int = 0) -> Client:
         """Create a client (with a webhook secret), optionally funded; raises if it exists."""
         if not is_valid_id(client_id):
-            raise DropboxEvalError(
+            raise InvalidArgument(
                 f"client id {client_id!r} must match {ID_PATTERN} (it names "
                 "the client's inbox folder)"
             )
@@ -58,7 +58,7 @@ class Billing:
     def fund(self, client_id: str, credits: int, note: str = "") -> Client:
         """Add credits (must be positive)."""
         if credits <= 0:
-            raise DropboxEvalError("credits to add must be a positive whole number")
+            raise InvalidArgument("credits to add must be a positive whole number")
         with self.store.locked():
             self.client(client_id)
             self._post(client_id, "fund", credits, note=note)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     state_dir: Path = Path("state")
     gitea_url: str | None = None
     gitea_token: str | None = None
+    gitea_token_file: Path | None = None
+    operator_key: str | None = None
+    operator_key_file: Path | None = None
     owner: str | None = None
     repo: str | None = None
     poll_interval: float = Field(default=30.0, gt=0)
@@ -73,6 +76,24 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _read_secret_files(self) -> Settings:
+        """Secrets may come from a file (`*_FILE`, e.g. a mounted secret): never from argv."""
+        for name in ("gitea_token", "operator_key"):
+            path = getattr(self, f"{name}_file")
+            if getattr(self, name) or path is None:
+                continue
+            try:
+                secret = Path(path).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(
+                    f"{ENV_PREFIX}{name.upper()}_FILE: cannot read it ({exc})"
+                ) from None
+            if not secret:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: {path} is empty")
+            setattr(self, name, secret)
+        return self
 
     @field_validator("repo")
     @classmethod
@@ -142,7 +163,9 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**given)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else "?"
+        if not first["loc"]:  # a check across fields names its variable itself
+            raise ConfigError(str(first["msg"]).removeprefix("Value error, ")) from None
+        field = str(first["loc"][0])
         raise ConfigError(
             f"{ENV_PREFIX}{field.upper()}: {first['msg']} (got {first.get('input')!r})"
         ) from None

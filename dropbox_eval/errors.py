@@ -4,6 +4,8 @@ Tree::
 
     DropboxEvalError
     +-- ConfigError            a setting is missing or invalid (names the variable)
+    |   +-- NoState            a read-only command found no state folder at that place
+    +-- InvalidArgument        an operator's argument is unusable (bad client id, 0 credits)
     +-- StoreError             state files unreadable or corrupt (never silently reset)
     +-- NotFoundError          unknown batch or client id asked for by an operator
     +-- BatchRejected          a dropped batch cannot be accepted (reason code + details)
@@ -33,6 +35,14 @@ class DropboxEvalError(Exception):
 
 class ConfigError(DropboxEvalError):
     """A setting is missing or invalid; the message names the environment variable."""
+
+
+class NoState(ConfigError):
+    """A read-only command was pointed at a place that holds no state folder."""
+
+
+class InvalidArgument(DropboxEvalError):
+    """An argument given by an operator or client cannot be used as it is."""
 
 
 class StoreError(DropboxEvalError):
@@ -124,6 +134,17 @@ class Busy(Conflict):
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 0, 1, 2, 3, 4, 5
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
+# every exit code the CLI documents (docs/operating.md); a test reaches each one
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_FAILED: "an operation failed (forge, delivery, state; a batch in the wrong state)",
+    EXIT_USAGE: "usage or configuration error (bad flag or argument, missing setting, no state)",
+    EXIT_NOT_FOUND: "unknown batch or client",
+    EXIT_REJECTED: "the submitted batch was rejected",
+    EXIT_RUNNING: "another service already runs on this state folder",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
 REJECTION_HTTP_STATUS = {
     "unfunded": 402,
     "unknown_client": 403,
@@ -134,6 +155,7 @@ REJECTION_HTTP_STATUS = {
 # (error class, HTTP status, exit code, reason code); the first matching row answers
 _ANSWERS: tuple[tuple[type[DropboxEvalError], int, int, str], ...] = (
     (ConfigError, 503, EXIT_USAGE, "not_configured"),
+    (InvalidArgument, 422, EXIT_USAGE, "invalid_argument"),
     (NotFoundError, 404, EXIT_NOT_FOUND, "not_found"),
     (BatchRejected, 422, EXIT_REJECTED, "invalid_batch"),
     (Conflict, 409, EXIT_FAILED, "conflict"),

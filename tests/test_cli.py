@@ -19,17 +19,9 @@ def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch):  
         if key.startswith("SAAS_EVAL_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("SAAS_EVAL_SETTLE_SECONDS", "0")  # a closed issue finishes at once
+    monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)  # a secret: never on argv
     runner = CliRunner()
-    base = [
-        "--home",
-        str(tmp_path),
-        "--gitea-url",
-        forge.url,
-        "--gitea-token",
-        forge.token,
-        "--owner",
-        forge.user,
-    ]
+    base = ["--home", str(tmp_path), "--gitea-url", forge.url, "--owner", forge.user]
 
     def invoke(*args: str):  # type: ignore[no-untyped-def]
         return runner.invoke(main, [*base, *args], catch_exceptions=False)
@@ -40,7 +32,7 @@ def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch):  
 def test_clients_add_fund_show_keep_a_ledger(cli) -> None:  # type: ignore[no-untyped-def]
     assert cli("clients", "add", "acme", "--credits", "5").exit_code == 0
     assert cli("clients", "fund", "acme", "7").output.strip() == "acme: balance 12"
-    assert cli("clients", "fund", "acme", "0").exit_code == 1
+    assert cli("clients", "fund", "acme", "0").exit_code == 2  # a usage error
     shown = json.loads(cli("clients", "show", "acme", "--json").output)
     assert shown["balance"] == 12
     assert [e["amount"] for e in shown["ledger"]] == [5, 7]
@@ -93,6 +85,7 @@ def test_submit_rejected_file_exits_4(cli, tmp_path: Path) -> None:  # type: ign
 
 
 def test_status_reports_not_running(cli) -> None:  # type: ignore[no-untyped-def]
+    cli("clients", "add", "acme")
     result = cli("status", "--json")
     assert result.exit_code == 0
     assert json.loads(result.output)["running"] is False
@@ -125,4 +118,4 @@ def test_watch_follows_until_the_batch_ends(
 def test_client_ids_must_be_usable_as_folder_names(cli) -> None:  # type: ignore[no-untyped-def]
     for bad in ("Acme Corp", "../x", ".hidden"):
         result = cli("clients", "add", bad)
-        assert result.exit_code == 1 and "must match" in result.output
+        assert result.exit_code == 2 and "must match" in result.output

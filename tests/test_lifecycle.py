@@ -66,14 +66,12 @@ def test_cancel_closes_open_issues_keeps_results_and_emits(
 ) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(3))["batch_id"]
     _finish(app, forge, batch_id, ["t1"])
-    runner = CliRunner()
+    runner = CliRunner(env={"SAAS_EVAL_GITEA_TOKEN": forge.token})
     base = [
         "--home",
         str(app.settings.home),
         "--gitea-url",
         forge.url,
-        "--gitea-token",
-        forge.token,
         "--owner",
         forge.user,
     ]

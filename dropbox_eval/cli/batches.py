@@ -6,16 +6,27 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
 from ..app import App
 from ..errors import EXIT_FAILED, EXIT_REJECTED
-from ..models import utcnow
+from ..models import BatchRecord, BatchStatus, TaskRecord, utcnow
 from ..report import status_counts
+from ..web.health import service_running
 from . import Context
-from .output import age, bar, console, emit_json, friendly_errors, json_option
+from .output import (
+    ENDED_EARLY,
+    age,
+    console,
+    emit_json,
+    fail,
+    friendly_errors,
+    json_option,
+    progress,
+)
 
 
 @click.command()
@@ -32,12 +43,29 @@ def submit(obj: Context, file: Path, client_id: str | None, as_json: bool) -> No
     if as_json:
         emit_json(outcome.document)
     else:
-        for key, value in outcome.document.items():
-            click.echo(f"{key}: {value}")
+        _print_document(outcome.document)
     if outcome.status == "rejected":
         sys.exit(EXIT_REJECTED)
     if outcome.status != "accepted":  # left in place (busy, unreadable): try again later
         sys.exit(EXIT_FAILED)
+
+
+def _print_document(document: dict[str, Any]) -> None:
+    """A receipt or error document as `key  value` lines (lists one item per line)."""
+    table = Table("field", "value", show_header=False, box=None)
+    for key, value in document.items():
+        if isinstance(value, list):
+            value = "\n".join(_plain(item) for item in value) or "-"
+        table.add_row(key, _plain(value))
+    console.print(table)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items())
+    return "-" if value is None else str(value)
 
 
 def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
@@ -55,15 +83,24 @@ def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
 
 
 @click.command()
-@click.option("--status", "status_filter", help="Only batches with this status.")
+@click.option(
+    "--status",
+    "status_filter",
+    type=click.Choice([str(s) for s in BatchStatus]),
+    help="Only batches with this status.",
+)
 @json_option
 @click.pass_obj
 def batches(obj: Context, status_filter: str | None, as_json: bool) -> None:
-    """List batches: id, client, status, done/total, age."""
+    """List batches: id, client, status, progress, age (reads the state, writes nothing)."""
     with friendly_errors():
-        rows = obj.app().store.list_batches(
+        store = obj.store()
+        rows = store.list_batches(
             (lambda r: r["status"] == status_filter) if status_filter else None
         )
+        for row in rows:
+            if row["status"] in ENDED_EARLY:
+                row["lane_done"] = lane_done(store.get_tasks(row["batch_id"]))
     if as_json:
         emit_json(rows)
         return
@@ -74,11 +111,15 @@ def batches(obj: Context, status_filter: str | None, as_json: bool) -> None:
             row["client_id"],
             row.get("batch_ref") or "",
             row["status"],
-            bar(row["done"], row["total"]),
-            f"{row['done']}/{row['total']}",
+            *progress(row),
             age(row["created_at"]),
         )
     console.print(table)
+
+
+def lane_done(tasks: list[TaskRecord]) -> int:
+    """Tasks the lane finished (the rest of an early-ended batch was cancelled/expired)."""
+    return sum(1 for t in tasks if t.status.is_lane_verdict)
 
 
 @click.command()
@@ -88,7 +129,7 @@ def batches(obj: Context, status_filter: str | None, as_json: bool) -> None:
 def batch(obj: Context, batch_id: str, as_json: bool) -> None:
     """Show one batch and each task's issue, status and summary."""
     with friendly_errors():
-        store = obj.app().store
+        store = obj.store()
         record = store.get_batch(batch_id)
         tasks = store.get_tasks(batch_id)
     if as_json:
@@ -97,11 +138,13 @@ def batch(obj: Context, batch_id: str, as_json: bool) -> None:
         data["tasks"] = [t.model_dump(mode="json", exclude={"payload"}) for t in tasks]
         emit_json(data)
         return
+    row = record.model_dump(mode="json") | {"lane_done": lane_done(tasks)}
     console.print(
         f"batch {record.batch_id}  client {record.client_id}  status "
-        f"[bold]{record.status}[/]  {record.done}/{record.total} done  repo "
-        f"{record.repo}"
+        f"[bold]{record.status}[/]  {' '.join(progress(row))}  repo {record.repo}"
     )
+    if record.failure or record.last_error:
+        console.print(f"last error: {record.failure or record.last_error}")
     if record.last_delivery_error:
         console.print(f"last delivery error: {record.last_delivery_error}")
     table = Table("task", "issue", "status", "summary", "url")
@@ -139,9 +182,11 @@ def poll(obj: Context, batch_id: str | None, as_json: bool) -> None:
             finished.update(app.poller.poll_batches(repo_ids, full=True, probe=False))
     if as_json:
         emit_json(finished)
-    else:
-        for one, tasks in finished.items():
-            click.echo(f"{one}: {len(tasks)} task(s) finished {' '.join(tasks)}".rstrip())
+        return
+    table = Table("batch", "finished now", "tasks")
+    for one, tasks in finished.items():
+        table.add_row(one, str(len(tasks)), " ".join(tasks))
+    console.print(table)
 
 
 @click.command()
@@ -184,25 +229,32 @@ def cancel(obj: Context, batch_id: str, as_json: bool) -> None:
 @click.option("--interval", type=float, default=1.0, show_default=True)
 @click.pass_obj
 def watch(obj: Context, batch_id: str, interval: float) -> None:
-    """Follow one batch live until it ends (emitted, cancelled or expired)."""
+    """Follow one batch until it ends, or until the service stops (exit 1); Ctrl-C: 130."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     with friendly_errors():
-        store = obj.app().store
+        store = obj.store()
         record = store.get_batch(batch_id)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-        with Progress(*columns, console=console) as progress:
-            bar = progress.add_task(batch_id, total=record.total)
+        with Progress(*columns, console=console, transient=True) as shown:
+            line = shown.add_task(batch_id, total=record.total)
             while True:
                 record = store.get_batch(batch_id)
-                progress.update(
-                    bar, completed=record.done, description=f"{batch_id} {record.status}"
-                )
-                given_up = record.delivery_attempts and record.next_delivery_at is None
-                if record.emitted_at or (record.status != "running" and given_up):
+                shown.update(line, completed=record.done, description=f"{batch_id} {record.status}")
+                if _ended(record) or not service_running(store.state_dir):
                     break
                 time.sleep(interval)
-    click.echo(f"{batch_id}: {record.status}, {record.done}/{record.total} done")
+        row = record.model_dump(mode="json") | {"lane_done": lane_done(store.get_tasks(batch_id))}
+    done = progress(row)[1] + ("" if record.status in ENDED_EARLY else " done")
+    click.echo(f"{batch_id}: {record.status}, {done}")
+    if not _ended(record):
+        fail("the service is not running (see `dropbox-eval status`); stopped watching", 1)
+
+
+def _ended(record: BatchRecord) -> bool:
+    """Delivered, or ended with its delivery given up."""
+    given_up = record.delivery_attempts > 0 and record.next_delivery_at is None
+    return bool(record.emitted_at) or (record.status != "running" and given_up)
 
 
 COMMANDS = [submit, batches, batch, poll, emit, cancel, watch]

@@ -7,6 +7,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..errors import NotFoundError
 from ..models import Client
 from . import Context
 from .output import console, emit_json, friendly_errors, json_option
@@ -19,25 +20,46 @@ def clients() -> None:
 
 @clients.command("add")
 @click.argument("client_id")
-@click.option("--credits", type=int, default=0, show_default=True)
+@click.option("--credits", type=click.IntRange(min=0), default=0, show_default=True)
+@json_option
 @click.pass_obj
-def clients_add(obj: Context, client_id: str, credits: int) -> None:
-    """Create a client account."""
+def clients_add(obj: Context, client_id: str, credits: int, as_json: bool) -> None:
+    """Create a client account (prints its webhook secret once)."""
     with friendly_errors():
         client = obj.app().billing.add_client(client_id, credits)
+    if as_json:
+        emit_json(_client_row(client) | {"webhook_secret": client.webhook_secret})
+        return
     click.echo(f"{client.client_id}: balance {client.balance}")
     click.echo(f"webhook secret: {client.webhook_secret}")
 
 
 @clients.command("fund")
 @click.argument("client_id")
-@click.argument("credits", type=int)
+@click.argument("credits", type=click.IntRange(min=1))
+@json_option
 @click.pass_obj
-def clients_fund(obj: Context, client_id: str, credits: int) -> None:
-    """Add CREDITS to a client's balance (a ledger entry)."""
+def clients_fund(obj: Context, client_id: str, credits: int, as_json: bool) -> None:
+    """Add CREDITS (a positive whole number) to a client's balance (a ledger entry)."""
     with friendly_errors():
         client = obj.app().billing.fund(client_id, credits)
+    if as_json:
+        emit_json(_client_row(client))
+        return
     click.echo(f"{client.client_id}: balance {client.balance}")
+
+
+@clients.command("list")
+@json_option
+@click.pass_obj
+def clients_list(obj: Context, as_json: bool) -> None:
+    """List every client with balance, held, available (reads the state, writes nothing)."""
+    with friendly_errors():
+        rows = [_client_row(c) for c in obj.store().list_clients()]
+    if as_json:
+        emit_json(rows)
+        return
+    _print_clients(rows)
 
 
 @clients.command("rotate-secret")
@@ -65,26 +87,20 @@ def clients_api_key(obj: Context, client_id: str) -> None:
 def clients_show(obj: Context, client_id: str | None, as_json: bool) -> None:
     """Show all clients, or one client with its ledger."""
     with friendly_errors():
-        app = obj.app()
+        store = obj.store()
         if client_id is None:
-            rows = [_client_row(c) for c in app.store.list_clients()]
+            rows = [_client_row(c) for c in store.list_clients()]
             ledger: list[dict[str, Any]] = []
         else:
-            rows = [_client_row(app.billing.client(client_id))]
-            ledger = [e.model_dump(mode="json") for e in app.store.ledger(client_id)]
+            client = store.get_client(client_id)
+            if client is None:
+                raise NotFoundError(f"no client {client_id!r}")
+            rows = [_client_row(client)]
+            ledger = [e.model_dump(mode="json") for e in store.ledger(client_id)]
     if as_json:
         emit_json(rows[0] | {"ledger": ledger} if client_id else rows)
         return
-    table = Table("client", "balance", "held", "available", "since")
-    for row in rows:
-        table.add_row(
-            row["client_id"],
-            str(row["balance"]),
-            str(row["held"]),
-            str(row["available"]),
-            row["created_at"][:19],
-        )
-    console.print(table)
+    _print_clients(rows)
     if client_id:
         entries = Table("at", "kind", "amount", "held", "balance", "batch", "note")
         for e in ledger:
@@ -98,6 +114,19 @@ def clients_show(obj: Context, client_id: str | None, as_json: bool) -> None:
                 e.get("note") or "",
             )
         console.print(entries)
+
+
+def _print_clients(rows: list[dict[str, Any]]) -> None:
+    table = Table("client", "balance", "held", "available", "since")
+    for row in rows:
+        table.add_row(
+            row["client_id"],
+            str(row["balance"]),
+            str(row["held"]),
+            str(row["available"]),
+            row["created_at"][:19],
+        )
+    console.print(table)
 
 
 def _client_row(client: Client) -> dict[str, Any]:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..app import App, build_app
-from ..errors import EXIT_FAILED
+from ..errors import EXIT_FAILED, DropboxEvalError
 from ..fileio import write_atomically
 from ..models import utcnow
 from ..service import Service
+from ..web.health import service_running
 from . import Context
 from .output import console, fail, friendly_errors
 from .service import lane_option, sandbox_options
@@ -67,6 +70,7 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str) -> None:
             poll_interval=0.5,
             quiet_period=0.2,
             settle_seconds=DEMO_SETTLE_SECONDS,
+            **_own_home_if_taken(obj),
         )
         app = build_app(settings)
         client = app.store.get_client("demo")
@@ -86,14 +90,39 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str) -> None:
     click.echo(report.read_text(encoding="utf-8"))
 
 
+def _own_home_if_taken(obj: Context) -> dict[str, Any]:
+    """Beside a running service the demo uses a temporary home of its own (never the
+    service's folders, whose lock it could not take)."""
+    if not service_running(obj.settings().state_path):
+        return {}
+    home = Path(tempfile.mkdtemp(prefix="dropbox-eval-demo-"))
+    click.echo(f"a service runs on this state folder: the demo runs in {home}", err=True)
+    return {
+        "home": home,
+        "inbox": home / "inbox",
+        "output_dir": home / "outbox",
+        "state_dir": home / "state",
+    }
+
+
 def _run_until_report(app: App, batch_ref: str, timeout: float) -> Path | None:
     service = Service(app)
-    thread = threading.Thread(target=service.run, name="service", daemon=True)
+    errors: list[DropboxEvalError] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except DropboxEvalError as exc:  # shown by the main thread, not as a thread traceback
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="service", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
     found: Path | None = None
     with console.status("waiting for the lane...") as spinner:
         while time.monotonic() < deadline and found is None:
+            if errors:
+                raise errors[0]
             time.sleep(0.2)
             batch_id = app.store.find_batch("demo", batch_ref=batch_ref)
             if batch_id:

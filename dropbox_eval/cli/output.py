@@ -1,9 +1,7 @@
 """Output shared by every command: tables or `--json`, one-line errors, exit codes.
 
-Exit codes (one table, errors.answer_for): 0 success; 1 an operation failed (forge or
-delivery error, a batch in the wrong state, demo timed out); 2 usage or configuration
-error; 3 unknown batch or client; 4 the submitted batch was rejected; 5 another service
-already runs on this state folder.
+Exit codes: errors.EXIT_CODES (documented in docs/operating.md); errors map to them through
+the one table, errors.answer_for. Ctrl-C ends any command quietly with 130.
 """
 
 from __future__ import annotations
@@ -18,8 +16,8 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from ..errors import DropboxEvalError, answer_for
-from ..models import utcnow
+from ..errors import EXIT_INTERRUPTED, DropboxEvalError, answer_for
+from ..models import BatchStatus, utcnow
 
 # piped output keeps whole ids (rich assumes 80 columns when stdout is not a terminal)
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -39,6 +37,9 @@ def friendly_errors() -> Iterator[None]:
         yield
     except DropboxEvalError as exc:
         fail(str(exc), answer_for(exc)[1])
+    except KeyboardInterrupt:
+        click.echo("", err=True)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def emit_json(data: Any) -> None:
@@ -50,6 +51,17 @@ def bar(done: int, total: int, width: int = 10) -> str:
     """A progress bar in plain characters."""
     filled = round(width * done / total) if total else width
     return "#" * filled + "-" * (width - filled)
+
+
+ENDED_EARLY = (BatchStatus.CANCELLED, BatchStatus.EXPIRED, BatchStatus.FAILED)
+
+
+def progress(row: dict[str, Any]) -> tuple[str, str]:
+    """(bar, done) columns of a batch row: a batch that ended early shows how it ended,
+    never a full bar (its unfinished tasks were cancelled, not done)."""
+    if row["status"] in ENDED_EARLY:
+        return f"({row['status']})", f"{row.get('lane_done', '?')}/{row['total']} by the lane"
+    return bar(row["done"], row["total"]), f"{row['done']}/{row['total']}"
 
 
 def age(created_at: str) -> str:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ..app import build_app
+from ..errors import ConfigError
 from ..service import Service, read_status
+from ..web.health import service_running
 from . import Context
 from .output import emit_json, friendly_errors, json_option
 
@@ -51,16 +55,63 @@ def sandbox_options(lane: str | None) -> SandboxOptions:
 )
 @lane_option(None, "With --sandbox: the lane's protocol (default: SANDBOX_LANE_MODE).")
 @click.option("--polling", is_flag=True, help="Poll the inbox (for NFS/SMB shares).")
+@click.option(
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    envvar="SAAS_EVAL_HTTP_PORT",
+    show_envvar=True,
+    help="Also serve the API, /metrics, /healthz, /readyz and /operator on this port.",
+)
+@click.option(
+    "--http-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="SAAS_EVAL_HTTP_HOST",
+    show_envvar=True,
+)
 @click.pass_obj
 def run(
-    obj: Context, once: bool, sandbox: bool, lane_delay: float, lane: str | None, polling: bool
+    obj: Context,
+    once: bool,
+    sandbox: bool,
+    lane_delay: float,
+    lane: str | None,
+    polling: bool,
+    http_port: int | None,
+    http_host: str,
 ) -> None:
     """Run the service: watch the inbox, open issues, poll, emit (until SIGINT/SIGTERM)."""
     with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay, lane) as extra:
         settings = obj.settings(**extra)
         settings.require_forge()
-        code = Service(build_app(settings), polling=polling or settings.polling).run(once=once)
+        service = Service(build_app(settings), polling=polling or settings.polling)
+        with _http(service, http_host, http_port):
+            code = service.run(once=once)
     sys.exit(code)
+
+
+@contextlib.contextmanager
+def _http(service: Service, host: str, port: int | None) -> Iterator[None]:
+    """The HTTP server inside the service, for as long as it runs."""
+    if port is None:
+        yield
+        return
+    from ..web.server import create_web
+    from ..webserver import BackgroundServer
+
+    def watched() -> bool:
+        return not service.stop_event.is_set() and service_running(service.settings.state_path)
+
+    server = BackgroundServer(create_web(service.app, watched), host=host, port=port, name="http")
+    try:
+        url = server.start()
+    except RuntimeError as exc:
+        raise ConfigError(f"--http-port {port}: {exc} (is the port in use?)") from None
+    logging.getLogger("dropbox_eval").info("operator page at %s/operator", url)
+    try:
+        yield
+    finally:
+        server.stop()
 
 
 @contextlib.contextmanager
@@ -89,14 +140,15 @@ def _maybe_sandbox(
 @click.option("--port", type=int, default=8080, show_default=True)
 @click.pass_obj
 def serve(obj: Context, host: str, port: int) -> None:
-    """Serve the HTTP API (OpenAPI document at /docs and /openapi.json)."""
+    """Serve the HTTP API (OpenAPI at /docs), /metrics, /healthz, /readyz and /operator."""
     import uvicorn
 
-    from ..api import create_api
+    from ..web.server import create_web
 
     with friendly_errors():
-        api = create_api(obj.app())
-    uvicorn.run(api, host=host, port=port, log_level="info")
+        app = obj.app()
+        web = create_web(app, lambda: service_running(app.settings.state_path))
+    uvicorn.run(web, host=host, port=port, log_level="info", log_config=None)
 
 
 @click.command()
@@ -129,26 +181,36 @@ def sandbox(port: int, lane_delay: float, lane: str | None) -> None:
 @json_option
 @click.pass_obj
 def status(obj: Context, as_json: bool) -> None:
-    """Whether the service runs, since when, its last poll and last error."""
+    """Whether the service runs, since when, its last poll and last error (writes nothing)."""
     with friendly_errors():
-        settings = obj.settings()
-        settings.state_path.mkdir(parents=True, exist_ok=True)
-        record = read_status(settings.state_path)
-        app = build_app(settings, with_forge=False)
+        store = obj.store()
+        record = read_status(store.state_dir) if service_running(store.state_dir) else {}
+        record.setdefault("running", False)
+        if not record["running"]:  # the pid of a stopped service means nothing any more
+            old = _stopped_record(store.state_dir)
+            record.update({k: old[k] for k in ("stopped_at", "last_error") if old.get(k)})
         counts: dict[str, int] = {}
-        for row in app.store.list_batches():
+        for row in store.list_batches():
             counts[row["status"]] = counts.get(row["status"], 0) + 1
         record["batches"] = counts
     if as_json:
         emit_json(record)
         return
-    state = "running" if record["running"] else "not running"
-    click.echo(
-        f"service: {state} (pid {record.get('pid', '-')}, since {record.get('started_at', '-')})"
-    )
-    click.echo(f"last poll: {record.get('last_poll_at') or '-'}")
+    if record["running"]:
+        click.echo(f"service: running (pid {record.get('pid')}, since {record.get('started_at')})")
+        click.echo(f"last poll: {record.get('last_poll_at') or '-'}")
+    else:
+        click.echo(f"service: not running (stopped {record.get('stopped_at') or '-'})")
     click.echo(f"last error: {record.get('last_error') or '-'}")
     click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+
+
+def _stopped_record(state_dir: Path) -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = json.loads((state_dir / "service.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found
 
 
 COMMANDS = [run, serve, sandbox, status]

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,8 @@ class Inbox:
         self.lifecycle = lifecycle
         self.store = intake.store
         self.max_file_bytes = max_file_bytes
+        # told of every rejection (the app wires the operator's rejection log here)
+        self.on_reject: Callable[[dict[str, Any], str | None], None] | None = None
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans)."""
@@ -305,6 +308,14 @@ class Inbox:
         }
         final = self._file_away(folder_fd, path, "rejected", document, fd)
         log.warning("file %s: rejected (%s): %s", path, error.reason, error.message)
+        if self.on_reject is not None:
+            try:
+                self.on_reject(document, self.client_folder(path))
+            except (
+                OSError,
+                ValueError,
+            ) as exc:  # the log is for operators: never fail the drop on it
+                log.error("cannot record the rejection of %s: %s", path, exc)
         return Outcome("rejected", final, document)
 
     def _file_away(

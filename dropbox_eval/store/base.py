@@ -13,6 +13,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from tinydb import TinyDB
 
+from ..errors import NoState, StoreError
 from ..models import TaskRecord
 from .archive import Archive
 from .files import AtomicJSONStorage, unlink_quietly
@@ -25,14 +26,24 @@ Row = dict[str, Any]
 class StoreBase:
     """Folders, the inter-process lock, per-batch leases and the index."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, read_only: bool = False) -> None:
+        """`read_only` creates nothing and cleans nothing (for commands that only look);
+        it raises NoState when `state_dir` holds no state."""
         self.state_dir = state_dir
+        self.read_only = read_only
         self.batches_dir = state_dir / "batches"
         self.keys_dir = state_dir / "keys"
         self.archive_dir = state_dir / "archive"
         self.leases_dir = state_dir / "leases"
         self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
         self.archive_rows = Archive(self.archive_dir)
+        self._lock = FileLock(str(state_dir / "store.lock"))
+        self._cache: OrderedDict[str, tuple[Signature, list[TaskRecord]]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        if read_only:
+            if not self.batches_dir.is_dir():
+                raise NoState(f"no state folder at {state_dir}")
+            return
         for folder in (
             self.batches_dir,
             self.tasks.live,
@@ -40,10 +51,10 @@ class StoreBase:
             self.archive_dir,
             self.leases_dir,
         ):
-            folder.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(state_dir / "store.lock"))
-        self._cache: OrderedDict[str, tuple[Signature, list[TaskRecord]]] = OrderedDict()
-        self._cache_lock = threading.Lock()
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file in the way, no permission
+                raise StoreError(f"cannot create the state folder {folder}: {exc}") from None
         self._remove_leftovers()
 
     def _remove_leftovers(self) -> None:

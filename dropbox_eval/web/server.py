@@ -1,0 +1,45 @@
+"""create_web: the client API plus the operator's view (metrics, health, page) in one app."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from ..api import create_api
+from .collector import StateCollector
+from .health import Health
+from .page import add_operator_page
+
+if TYPE_CHECKING:
+    from ..app import App
+
+
+def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
+    """The HTTP server's app. `inbox_watched` tells whether a service watches the inbox
+    (the in-process service inside `run --http-port`, a lock probe for `serve`)."""
+    api = create_api(app)
+    health = Health(app, inbox_watched)
+    app.metrics.watch_state(StateCollector(app))
+
+    @api.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        body = await run_in_threadpool(app.metrics.render)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @api.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
+    @api.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        result = await run_in_threadpool(health.readiness)
+        body = {"ok": result.ready, "checks": result.checks}
+        return JSONResponse(body, status_code=200 if result.ready else 503)
+
+    add_operator_page(api, app, health)
+    return api

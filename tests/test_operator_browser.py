@@ -1,0 +1,120 @@
+"""The operator page in a real headless Chromium (Debian's package, driven by Playwright).
+
+Without a browser the test is skipped with its reason, except under CI=true, where a
+missing browser is a failure (.ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Receiver, tasks, wait_for
+
+from dropbox_eval.app import App
+from dropbox_eval.fileio import write_atomically
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import Service
+from dropbox_eval.web.server import create_web
+from dropbox_eval.webserver import BackgroundServer
+
+CHROMIUM = Path(os.environ.get("DROPBOX_EVAL_CHROMIUM", "/usr/bin/chromium"))
+KEY = "page-key-for-the-browser"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _browser_missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed"
+    if not CHROMIUM.exists():
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    return None
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[object]:
+    """A fresh headless Chromium page (own profile folder)."""
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the browser test: {missing}")
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        context = driver.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=ARGS,
+            viewport={"width": 430, "height": 1100},  # a phone's width
+        )
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def test_the_page_follows_progress_and_redelivers(
+    app: App, forge: SandboxForge, funded: str, receiver: Receiver, page: object, tmp_path: Path
+) -> None:
+    from playwright.sync_api import Page, expect
+
+    assert isinstance(page, Page)
+    app.settings.operator_key = KEY
+    running = app.intake.submit_batch(funded, tasks(2), batch_ref="nightly")["batch_id"]
+    receiver.answers = [500] * 20  # the delivery fails: the report waits for a retry
+    ended = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
+    owner, name = app.store.get_batch(ended).repo.split("/")
+    forge.finish_issue(owner, name, 1, comment="done", labels=["eval-pass"])
+    bad = app.settings.inbox_path / funded / "broken.json"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(bad, "{oops")
+    Service(app).run(once=True)
+    assert app.store.get_batch(ended).last_delivery_error is not None
+    receiver.answers.clear()  # the receiver is back
+    tried = len(receiver.received)
+
+    server = BackgroundServer(create_web(app, lambda: True))
+    url = server.start()
+    try:
+        page.goto(f"{url}/operator?key={KEY}")
+        in_flight = page.locator(f'#in-flight tr[data-batch="{running}"]')
+        expect(in_flight.locator(".done")).to_have_text("0/2")
+        expect(page.locator("#rejections")).to_contain_text("invalid_json")
+        expect(page.locator("#clients")).to_contain_text(funded)
+
+        owner, name = app.store.get_batch(running).repo.split("/")
+        first = forge.issues(owner, name)[0]["number"]
+        forge.finish_issue(owner, name, first, comment="ok", labels=["eval-pass"])
+        app.poller.poll_batches([running], full=True, probe=False)
+        # no reload from the test: the page refreshes itself
+        expect(in_flight.locator(".done")).to_have_text("1/2", timeout=20_000)
+
+        row = page.locator(f'#undelivered tr[data-batch="{ended}"]')
+        expect(row).to_contain_text("500")
+        page.screenshot(path=str(tmp_path / "operator-page.png"), full_page=True)
+        shutil.copyfile(tmp_path / "operator-page.png", "/tmp/operator-page.png")
+        row.get_by_role("button", name="Re-deliver").click()
+        expect(page.locator("#note")).to_contain_text(f"{ended}: delivered to {receiver.url}")
+        assert wait_for(lambda: len(receiver.received) == tried + 1, 5)
+        report = json.loads(receiver.received[-1][1])
+        assert report["batch_id"] == ended and report["status"] == "completed"
+        expect(page.locator(f'#undelivered tr[data-batch="{ended}"]')).to_have_count(0)
+    finally:
+        server.stop()
