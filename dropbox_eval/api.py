@@ -155,10 +155,13 @@ def create_api(app: App) -> FastAPI:
         page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
         limit: Annotated[int, Query(ge=1, le=100)] = 50,
     ) -> list[dict[str, Any]]:
-        """The caller's batches, oldest first, paged (`X-Total-Count` has the total)."""
-        rows = app.store.list_batches(lambda r: r["client_id"] == client.client_id)
-        response.headers["X-Total-Count"] = str(len(rows))
-        return rows[(page - 1) * limit : page * limit]
+        """The caller's batches, newest first, paged (`X-Total-Count` has the total); the
+        cost follows the page, not the client's history."""
+        counts = app.store.count_batches(client.client_id)
+        response.headers["X-Total-Count"] = str(sum(counts.values()))
+        return app.store.page_batches(
+            client_id=client.client_id, limit=limit, offset=(page - 1) * limit
+        )
 
     @api.get("/api/eval/batches/{batch_id}", responses=problems)
     def get_batch(batch_id: str, client: Caller) -> dict[str, Any]:

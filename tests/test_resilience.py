@@ -57,6 +57,7 @@ def _service_env(tmp_path: Path, forge: SandboxForge) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_sigkill_during_intake_never_duplicates_or_loses(
     tmp_path: Path, forge: SandboxForge
 ) -> None:
@@ -111,6 +112,7 @@ def _repos(forge: SandboxForge) -> list[str]:
     return sorted(name for _owner, name in list(forge.state.repos) if name.startswith("eval-acme"))
 
 
+@pytest.mark.slow
 def test_forge_outage_of_30_seconds_during_polling(
     app: App, forge: SandboxForge, funded: str
 ) -> None:

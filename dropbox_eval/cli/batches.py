@@ -89,15 +89,33 @@ def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
     type=click.Choice([str(s) for s in BatchStatus]),
     help="Only batches with this status.",
 )
+@click.option("--client", "client_id", help="Only this client's batches.")
+@click.option(
+    "--limit", type=click.IntRange(1), default=50, show_default=True, help="Newest N batches."
+)
+@click.option("--all", "show_all", is_flag=True, help="Every batch, oldest first.")
 @json_option
 @click.pass_obj
-def batches(obj: Context, status_filter: str | None, as_json: bool) -> None:
-    """List batches: id, client, status, progress, age (reads the state, writes nothing)."""
+def batches(
+    obj: Context,
+    status_filter: str | None,
+    client_id: str | None,
+    limit: int,
+    show_all: bool,
+    as_json: bool,
+) -> None:
+    """List the newest batches: id, client, status, progress, age (reads, writes nothing).
+    The cost follows the page, not the history; `--all` reads the whole history."""
     with friendly_errors():
         store = obj.store()
-        rows = store.list_batches(
-            (lambda r: r["status"] == status_filter) if status_filter else None
-        )
+        if show_all:
+            rows = store.list_batches(
+                lambda r: (
+                    (status_filter in (None, r["status"])) and (client_id in (None, r["client_id"]))
+                )
+            )
+        else:
+            rows = store.page_batches(client_id=client_id, status=status_filter, limit=limit)
         for row in rows:
             if row["status"] in ENDED_EARLY:
                 row["lane_done"] = lane_done(store.get_tasks(row["batch_id"]))

@@ -82,10 +82,16 @@ def clients_api_key(obj: Context, client_id: str) -> None:
 
 @clients.command("show")
 @click.argument("client_id", required=False)
+@click.option(
+    "--limit", type=click.IntRange(1), default=50, show_default=True, help="Newest N entries."
+)
+@click.option("--all", "show_all", is_flag=True, help="The whole ledger.")
 @json_option
 @click.pass_obj
-def clients_show(obj: Context, client_id: str | None, as_json: bool) -> None:
-    """Show all clients, or one client with its ledger."""
+def clients_show(
+    obj: Context, client_id: str | None, limit: int, show_all: bool, as_json: bool
+) -> None:
+    """Show all clients, or one client with its newest ledger entries (`--all`: every one)."""
     with friendly_errors():
         store = obj.store()
         if client_id is None:
@@ -96,7 +102,8 @@ def clients_show(obj: Context, client_id: str | None, as_json: bool) -> None:
             if client is None:
                 raise NotFoundError(f"no client {client_id!r}")
             rows = [_client_row(client)]
-            ledger = [e.model_dump(mode="json") for e in store.ledger(client_id)]
+            newest = store.ledger(client_id, limit=None if show_all else limit)
+            ledger = [e.model_dump(mode="json") for e in newest]
     if as_json:
         emit_json(rows[0] | {"ledger": ledger} if client_id else rows)
         return
