@@ -56,9 +56,11 @@ def test_submit_get_list_emit_cancel(
     early = _call(api, keys["acme"], "POST", f"/{batch_id}/emit")
     assert early.status_code == 409 and early.json()["reason"] == "not_finished"
     second = _call(api, keys["acme"], "POST", "", json={"batch_ref": "r2", "tasks": tasks(1)})
+    newest = _call(api, keys["acme"], "GET", "", params={"limit": 1})
     listed = _call(api, keys["acme"], "GET", "", params={"limit": 1, "page": 2})
-    assert listed.headers["X-Total-Count"] == "2"
-    assert [b["batch_id"] for b in listed.json()] == [second.json()["batch_id"]]
+    assert listed.headers["X-Total-Count"] == newest.headers["X-Total-Count"] == "2"
+    assert [b["batch_id"] for b in newest.json()] == [second.json()["batch_id"]]
+    assert [b["batch_id"] for b in listed.json()] == [batch_id]  # newest first
     cancelled = _call(api, keys["acme"], "POST", f"/{batch_id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert _call(api, keys["acme"], "POST", f"/{batch_id}/cancel").status_code == 409
