@@ -1,4 +1,4 @@
-"""GiteaClient: the only module that speaks HTTP to the forge (Gitea or Forgejo API v1).
+"""GiteaClient: the forge operations (Gitea or Forgejo API v1) on forgehttp.py's transport.
 
 Quirks handled here (see README "Forge compatibility"): labels are given by id on create,
 `limit` is capped at 50 so lists are paged until a short page, `since` filters on update time,
@@ -17,163 +17,29 @@ re-checked on the client so an unknown name never lets every issue through.
 
 from __future__ import annotations
 
-import re
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import requests
-from filelock import FileLock
 from filelock import Timeout as LockTimeout
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
 from .errors import ForgeNotFound, ForgePermanent, ForgeRetryable
+from .forgehttp import PAGE_LIMIT, ForgeTransport
 from .forgewire import (
     ForgeIssue,
     ForgePull,
     ForgeTimelineEntry,
-    json_body,
     parse_issue,
     parse_model,
     rfc3339,
-    server_time,
-    status_error,
 )
 
-__all__ = ["ForgeIssue", "ForgePull", "ForgeTimelineEntry", "GiteaClient"]
-
-PAGE_LIMIT = 50
-LABEL_LOCK_TIMEOUT = 60.0
-_NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
+__all__ = ["PAGE_LIMIT", "ForgeIssue", "ForgePull", "ForgeTimelineEntry", "GiteaClient"]
 
 
-class GiteaClient:
-    """A small, retrying Gitea/Forgejo API client over one requests.Session."""
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        timeout: float = 30.0,
-        attempts: int = 5,
-        max_wait: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
-        session: requests.Session | None = None,
-        label_lock: Path | None = None,
-    ) -> None:
-        """`label_lock`: a lock file shared by every process that may create labels in the
-        same repos (the service and the CLI use `<state>/labels.lock`)."""
-        self.base_url = base_url.rstrip("/")
-        self.api = f"{self.base_url}/api/v1"
-        self.timeout = timeout
-        self.attempts = attempts
-        self.max_wait = max_wait
-        self.sleep = sleep
-        self.session = session or requests.Session()
-        self.session.headers.update(
-            {
-                "Authorization": f"token {token}",
-                "Accept": "application/json",
-                "User-Agent": "dropbox-eval",
-            }
-        )
-        self._login: str | None = None
-        self._prepared: dict[tuple[str, str], int] = {}  # (repo, label) -> label id
-        self._label_lock: AbstractContextManager[Any] = (
-            FileLock(str(label_lock), timeout=LABEL_LOCK_TIMEOUT)
-            if label_lock
-            else threading.Lock()
-        )
-        self._clock = threading.local()  # repos are polled in parallel on one client
-
-    @property
-    def listed_at(self) -> datetime | None:
-        """The forge's clock at the start of this thread's last listing."""
-        moment: datetime | None = getattr(self._clock, "listed_at", None)
-        return moment
-
-    @listed_at.setter
-    def listed_at(self, moment: datetime | None) -> None:
-        self._clock.listed_at = moment
-
-    # -- transport ----------------------------------------------------------------------
-
-    def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """One HTTP exchange, every failure translated into the project's errors."""
-        try:
-            response = self.session.request(
-                method,
-                f"{self.api}{path}",
-                timeout=(5.0, self.timeout),
-                allow_redirects=method == "GET",
-                **kwargs,
-            )
-        except requests.Timeout as exc:
-            raise ForgeRetryable(f"{method} {path}: forge timed out ({exc})") from exc
-        except requests.RequestException as exc:
-            raise ForgeRetryable(f"{method} {path}: forge unreachable ({exc})") from exc
-        if response.status_code < 300:
-            return response
-        raise status_error(method, path, response)
-
-    def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> Any:
-        """Send (with backoff unless `retry` is false) and return the JSON body."""
-        send = self._retrying_send if retry else self._send
-        return json_body(send(method, path, **kwargs))
-
-    def _wait(self, state: RetryCallState) -> float:
-        error = state.outcome.exception() if state.outcome else None
-        hint = getattr(error, "retry_after", None)
-        if hint is not None:
-            return float(min(hint, self.max_wait))
-        backoff = wait_exponential_jitter(multiplier=0.5, max=self.max_wait, jitter=0.5)
-        return float(backoff(state))
-
-    def _pages(
-        self, path: str, params: dict[str, Any], *, clock: bool = True
-    ) -> Iterator[list[Any]]:
-        """Every page of a list; stops on a page without `rel="next"` (or a short page when
-        the server sends no Link header). With `clock`, sets `listed_at` from the first
-        page's Date (a timeline read inside a listing must not move it)."""
-        page = 1
-        while True:
-            response = self._retrying_send(
-                "GET", path, params={**params, "page": page, "limit": PAGE_LIMIT}
-            )
-            if page == 1 and clock:
-                self.listed_at = server_time(response)
-            items = json_body(response)
-            if not isinstance(items, list):
-                raise ForgePermanent(f"GET {path}: expected a JSON list")
-            yield items
-            link = response.headers.get("Link")
-            last = (
-                (not _NEXT_LINK_RE.search(link)) if link is not None else (len(items) < PAGE_LIMIT)
-            )
-            if last or not items:
-                return
-            page += 1
-
-    def _retrying_send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        retrying = Retrying(
-            retry=retry_if_exception_type(ForgeRetryable),
-            stop=stop_after_attempt(self.attempts),
-            wait=self._wait,
-            sleep=self.sleep,
-            reraise=True,
-        )
-        return retrying(self._send, method, path, **kwargs)
+class GiteaClient(ForgeTransport):
+    """The forge operations this product needs: users and repos, labels, issues."""
 
     # -- users and repos ----------------------------------------------------------------
 
@@ -338,6 +204,51 @@ class GiteaClient:
                         yield issue
             if found or attempt == 2 or since is not None or not self._repair_labels(repo, names):
                 return
+
+    def search_issues(
+        self, owner: str, *, state: str, labels: str, since: datetime | None
+    ) -> Iterator[ForgeIssue]:
+        """Issues changed since `since` in every repo of `owner`, newest first, from
+        `/repos/issues/search` (one request per 50, however many repos; each issue names
+        its `repo`). Gitea answers it from its issue indexer, updated through a queue:
+        callers give `since` an overlap for that lag."""
+        params: dict[str, Any] = {"owner": owner, "state": state, "type": "issues"}
+        names = _label_names(labels)
+        if names:
+            params["labels"] = ",".join(sorted(names))  # ORed by the search
+        if since is not None:
+            params["since"] = rfc3339(since)
+        for page in self._pages("/repos/issues/search", params):
+            for issue in map(parse_issue, page):
+                if names.issubset(issue.labels):
+                    yield issue
+
+    def open_counts(self, owner: str) -> dict[str, int]:
+        """Open issues (pull requests not counted) of each repo of `owner`, case-folded
+        `owner/name` -> count: one request per 50 repos (`/repos/search`)."""
+        uid = self._owner_id(owner)
+        counts: dict[str, int] = {}
+        page = 1
+        while True:
+            found = self._request(
+                "GET",
+                "/repos/search",
+                params={"uid": uid, "exclusive": "true", "page": page, "limit": PAGE_LIMIT},
+            )
+            repos = found.get("data") if isinstance(found, dict) else None
+            if not isinstance(repos, list):
+                raise ForgePermanent("GET /repos/search: expected {data: [...]}")
+            for repo in repos:
+                counts[str(repo["full_name"]).casefold()] = int(repo["open_issues_count"])
+            if len(repos) < PAGE_LIMIT:
+                return counts
+            page += 1
+
+    def _owner_id(self, owner: str) -> int:
+        key = owner.casefold()
+        if key not in self._owner_ids:
+            self._owner_ids[key] = int(self._request("GET", f"/users/{owner}")["id"])
+        return self._owner_ids[key]
 
     def count_issues(self, repo: str, *, state: str, labels: str) -> int:
         """How many issues match, from `X-Total-Count` of a one-item page (one request, two

@@ -37,6 +37,7 @@ class ForgeIssue(BaseModel):
     updated_at: UtcDatetime
     closed_at: UtcDatetime | None = None
     comments: int = 0
+    repo: str = ""  # `owner/name`, from the `repository` of a cross-repo search
 
 
 class ForgeRefPull(BaseModel):
@@ -104,7 +105,8 @@ def parse_issue(data: Any) -> ForgeIssue:
     """A ForgeIssue from the forge's JSON (label objects become their names)."""
     try:
         labels = [str(label["name"]) for label in data.get("labels") or []]
-        return ForgeIssue.model_validate({**data, "labels": labels})
+        repo = (data.get("repository") or {}).get("full_name") or ""
+        return ForgeIssue.model_validate({**data, "labels": labels, "repo": repo})
     except (AttributeError, KeyError, TypeError, ValidationError) as exc:
         raise ForgePermanent(f"unexpected issue JSON from forge: {exc}") from exc
 

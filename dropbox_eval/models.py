@@ -235,6 +235,7 @@ class BatchRecord(BaseModel):
     last_polled_at: datetime | None = None
     intake_done: bool = False
     filed: bool = False  # the dropped file sits beside its receipt
+    settling_tasks: int = 0  # closed issues whose result is not final yet
     cancel_requested: bool = False
     delivery_attempts: int = 0
     next_delivery_at: datetime | None = None

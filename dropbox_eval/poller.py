@@ -11,7 +11,7 @@ read again only when the listing shows it changed (see `listing_key`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,6 +39,7 @@ log = logging.getLogger("dropbox_eval")
 SINCE_OVERLAP = timedelta(seconds=1)
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
 Owner = tuple[BatchRecord, TaskRecord]
+Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 
 
 class Poller:
@@ -67,7 +68,12 @@ class Poller:
         return self.poll_batches([batch_id], full=full).get(batch_id, [])
 
     def poll_batches(
-        self, batch_ids: list[str], *, full: bool = False, probe: bool = True
+        self,
+        batch_ids: list[str],
+        *,
+        full: bool = False,
+        probe: bool = True,
+        listed: Listed | None = None,
     ) -> dict[str, list[str]]:
         """Poll running batches that share one repo with a single paged listing.
 
@@ -75,7 +81,9 @@ class Poller:
         overlap for clock skew), so its requests depend on what changed, not on how many
         tasks are open; `full` lists every issue and checks the ones it cannot see one by
         one, so a deleted issue finishes its task as `missing` (with `probe`, only when the
-        forge counts fewer open issues than the store expects). Returns finished task ids.
+        forge counts fewer open issues than the store expects). `listed`: the repo's issues
+        changed since its batches were polled, found by a cross-repo search, with the forge
+        time of that search; then no listing is sent. Returns finished task ids.
         """
         batches = [
             b for b in map(self.store.get_batch, batch_ids) if b.status == BatchStatus.RUNNING
@@ -94,7 +102,8 @@ class Poller:
         unread: set[str] = set()  # batches with a result that could not be read this time
         if open_tasks:
             started = (
-                self._list_closed(batches, open_tasks, full, probe, changes, unread) or started
+                self._list_closed(batches, open_tasks, full, probe, changes, unread, listed)
+                or started
             )
         for batch in batches:
             changed = changes[batch.batch_id]
@@ -116,8 +125,16 @@ class Poller:
         probe: bool,
         changes: dict[str, dict[str, dict[str, Any]]],
         unread: set[str],
+        listed: Listed | None,
     ) -> datetime | None:
         repo = batches[0].repo
+        if listed is not None and not full:  # a search found what changed: no listing
+            self.gitea.listed_at = listed[1]
+            for (batch, task), change in self._collect_closed(
+                repo, open_tasks, None, False, unread, listed[0]
+            ):
+                changes[batch.batch_id][task.task_id] = change
+            return listed[1]
         label = self.settings.task_label
         unsettled = sum(1 for _, task in open_tasks.values() if task.settling is None)
         if full and probe:  # a listing of everything only when issues went missing
@@ -138,13 +155,19 @@ class Poller:
         since: datetime | None,
         full: bool,
         unread: set[str],
+        listed: list[ForgeIssue] | None = None,
     ) -> Iterator[tuple[Owner, dict[str, Any]]]:
         seen: set[int] = set()
         settling = any(task.settling is not None for _, task in open_tasks.values())
         state = "all" if full or settling else "closed"  # while settling, reopens count
-        for issue in self.gitea.iter_issues(
-            repo, state=state, labels=self.settings.task_label, since=since
-        ):
+        issues: Iterable[ForgeIssue] = (
+            listed
+            if listed is not None
+            else self.gitea.iter_issues(
+                repo, state=state, labels=self.settings.task_label, since=since
+            )
+        )
+        for issue in issues:
             seen.add(issue.number)
             owner = open_tasks.get(issue.number)
             if owner is None:
@@ -259,6 +282,9 @@ class Poller:
         fields: dict[str, Any] = {"last_polled_at": polled_at}
         if done != batch.done:
             fields["done"] = done  # the index row is rewritten only when progress moved
+        settling = sum(1 for t in tasks if t.settling is not None)
+        if settling != batch.settling_tasks:
+            fields["settling_tasks"] = settling
         return self.store.update_batch(batch.batch_id, **fields)
 
 

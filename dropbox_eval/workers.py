@@ -30,6 +30,7 @@ from .inbox import ReadinessTracker, is_candidate_name
 from .inbox.watcher import InboxWatcher
 from .models import BatchStatus
 from .schedule import is_due
+from .scout import ChangeScout, Visit
 
 log = logging.getLogger("dropbox_eval")
 TICK_SECONDS = 1.0
@@ -142,6 +143,8 @@ class ForgeWorker:
         self.pool = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="forge")
         self.busy: set[str] = set()  # repos whose last visit is still running
         self._lock = threading.Lock()
+        # one repo per batch: a cross-repo search finds the repos that changed
+        self.scout = None if app.settings.repo else ChangeScout(app)
 
     def run(self, on_cycle: Callable[[], None]) -> None:
         """A cycle every poll interval until stopped; repos a webhook named at once."""
@@ -176,25 +179,40 @@ class ForgeWorker:
             if only is not None and str(row["repo"]).casefold() not in only:
                 continue
             by_repo.setdefault(str(row["repo"]), []).append(str(row["batch_id"]))
+        plan: dict[str, Visit] | None = None
+        if only is None and self.scout is not None and by_repo:
+            plan = self._scouted(by_repo, full)  # {} when nothing needs a visit
+        if plan is None:
+            plan = {repo: Visit(full=full) for repo in by_repo}
         started = []
-        for repo, batch_ids in by_repo.items():
+        for repo, visit in plan.items():
             with self._lock:
                 if repo in self.busy:
                     if only is not None:  # a webhook's news waits for the visit in flight
                         self.app.nudges.add(repo, wake=False)
                     continue  # a repo that hangs holds its own visit, nobody else's
                 self.busy.add(repo)
-            started.append(self.pool.submit(self._visit_repo, repo, batch_ids, full))
+            started.append(self.pool.submit(self._visit_repo, repo, by_repo[repo], visit))
         return started
 
-    def _visit_repo(self, repo: str, batch_ids: list[str], full: bool) -> None:
+    def _scouted(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit] | None:
+        """The search's plan; None (every repo listed) when the search failed."""
+        assert self.scout is not None
         try:
-            guarded(f"repo {repo}", self.report, self.visit_repo, batch_ids, full)
+            return self.scout.plan(by_repo, full)
+        except ForgeError as exc:
+            log.warning("cross-repo search failed, listing every repo: %s", exc)
+            self.report("search", exc)
+            return None
+
+    def _visit_repo(self, repo: str, batch_ids: list[str], visit: Visit) -> None:
+        try:
+            guarded(f"repo {repo}", self.report, self.visit_repo, batch_ids, visit)
         finally:
             with self._lock:
                 self.busy.discard(repo)
 
-    def visit_repo(self, batch_ids: list[str], full: bool) -> None:
+    def visit_repo(self, batch_ids: list[str], visit: Visit) -> None:
         """End or resume each due batch of one repo, then poll the rest in one listing."""
         lifecycle, store = self.app.lifecycle, self.app.store
         to_poll = []
@@ -212,7 +230,9 @@ class ForgeWorker:
         if not to_poll:
             return
         try:
-            self.app.poller.poll_batches(to_poll, full=full)
+            self.app.poller.poll_batches(
+                to_poll, full=visit.full, probe=visit.probe, listed=visit.listed
+            )
         except ForgeError as exc:
             for batch_id in to_poll:  # the listing is shared: each batch counts the visit
                 lifecycle.visit(batch_id, _raise, exc)

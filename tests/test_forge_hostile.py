@@ -297,7 +297,8 @@ def test_naive_since_is_sent_as_utc_to_the_sandbox(
 def test_item9_full_poll_repairs_a_duplicate_and_finishes_tasks(
     settings: Settings, forge: SandboxForge
 ) -> None:
-    app = build_app(settings.model_copy(update={"full_poll_every": 2}))
+    shared = {"full_poll_every": 2, "repo": f"{forge.user}/shared-labels"}  # item 9's case
+    app = build_app(settings.model_copy(update=shared))
     app.billing.add_client("acme", 100)
     batch_id = app.intake.submit_batch("acme", tasks(2))["batch_id"]
     repo = app.store.get_batch(batch_id).repo

@@ -43,7 +43,9 @@ def test_shared_repo_costs_one_request_per_idle_cycle(
 def test_full_cycle_probes_first_and_lists_only_when_issues_vanished(
     settings: Settings, forge: SandboxForge
 ) -> None:
-    app = build_app(settings.model_copy(update={"full_poll_every": 2}))
+    # a shared repo: one listing per cycle, probed by count (per-batch repos: the search)
+    shared = {"full_poll_every": 2, "repo": f"{forge.user}/probed"}
+    app = build_app(settings.model_copy(update=shared))
     app.billing.add_client("acme", 200)
     batch_id = app.intake.submit_batch("acme", tasks(60))["batch_id"]
     repo = app.store.get_batch(batch_id).repo

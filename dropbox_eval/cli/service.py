@@ -16,6 +16,7 @@ import click
 from ..app import build_app
 from ..errors import ConfigError
 from ..service import Service, read_status
+from ..sftp import sftp_status
 from ..web.health import service_running
 from . import Context
 from .output import emit_json, friendly_errors, json_option
@@ -189,10 +190,9 @@ def status(obj: Context, as_json: bool) -> None:
         if not record["running"]:  # the pid of a stopped service means nothing any more
             old = _stopped_record(store.state_dir)
             record.update({k: old[k] for k in ("stopped_at", "last_error") if old.get(k)})
-        counts: dict[str, int] = {}
-        for row in store.list_batches():
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        counts = store.count_batches()  # the index alone, whatever the history
         record["batches"] = counts
+        record["sftp"] = sftp_status(store.state_dir)
     if as_json:
         emit_json(record)
         return
@@ -203,6 +203,10 @@ def status(obj: Context, as_json: bool) -> None:
         click.echo(f"service: not running (stopped {record.get('stopped_at') or '-'})")
     click.echo(f"last error: {record.get('last_error') or '-'}")
     click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    sftp = record["sftp"]
+    where = f"on {sftp.get('host')}:{sftp.get('port')} (pid {sftp.get('pid')})"
+    state = f"running {where}" if sftp["running"] else "not running"
+    click.echo(f"sftp: {state}; host key {sftp.get('host_key') or '- (created on first start)'}")
 
 
 def _stopped_record(state_dir: Path) -> dict[str, Any]:

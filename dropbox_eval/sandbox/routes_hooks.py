@@ -1,4 +1,4 @@
-"""Routes: webhooks of a repo, an org or the user, and the cross-repo issue search."""
+"""Routes: webhooks of a repo, an org or the user; the cross-repo searches; users."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, Response
 from .errors import ForgeError, NotFoundError
 from .query import IssueQuery, page_size, parse_time
 from .schemas import CreateHookOption
-from .web import body, forge, index, int_param, login, paged_reply, reply
+from .web import body, forge, index, int_param, login, paged_reply, reply, total_headers
 
 router = APIRouter(prefix="/api/v1")
 
@@ -116,3 +116,21 @@ async def user_hooks(request: Request) -> JSONResponse:
 async def remove_user_hook(request: Request, hook_id: str) -> Response:
     """Delete a webhook of the user."""
     return _removed(request, f"owner:{login(request)}".lower(), hook_id)
+
+
+@router.get("/users/{username}")
+async def get_user(request: Request, username: str) -> JSONResponse:
+    """A user or an organization by name (404 when unknown)."""
+    return reply(forge(request).user_json(username))
+
+
+@router.get("/repos/search")
+async def search_repos(request: Request) -> JSONResponse:
+    """Repos owned by account `uid`, with `open_issues_count`, like Gitea's
+    `{"ok": true, "data": [...]}` answer (paged, `X-Total-Count`)."""
+    uid = int_param(request, "uid")
+    page = max(1, int_param(request, "page") or 1)
+    limit = page_size(int_param(request, "limit"))
+    repos = forge(request).repos_of(uid)
+    chosen = repos[(page - 1) * limit : page * limit]
+    return reply({"ok": True, "data": chosen}, headers=total_headers(len(repos)))

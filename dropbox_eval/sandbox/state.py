@@ -88,6 +88,15 @@ class ForgeState(PullsMixin):
             chosen = found[start : start + query.limit]
             return [issue.to_json(self.base_url) for issue in chosen], len(found)
 
+    def repos_of(self, uid: int | None) -> list[JSON]:
+        """The repos owned by account `uid` (every repo without one), oldest first."""
+        with self.lock:
+            return [
+                repo.to_json(self.base_url)
+                for repo in self.repos.values()
+                if uid is None or repo.owner.id == uid
+            ]
+
     def is_org(self, login: str) -> bool:
         """Whether `login` is an organization."""
         with self.lock:

@@ -1,0 +1,125 @@
+"""ChangeScout: which repos a poll cycle must visit, found with one request.
+
+With one repo per batch, listing every live repo costs one request per repo per cycle.
+Instead, one cross-repo search (`/repos/issues/search`, owner, `eval-task`, `since` the
+previous search) names the issues that changed in any of them; only those repos are
+visited, and the search's issues stand in for their listings. A repo is visited without
+a search result when one of its batches has work of its own: a new batch, an intake to
+finish, a cancel, a deadline, a retry, results still settling. Every `full_poll_every`th
+cycle one more request (`/repos/search`, each repo's open-issue count) finds repos whose
+count is lower than the store expects after the search: an issue vanished, and that repo
+is listed in full.
+
+Gitea answers the search from its issue indexer, updated through a queue; `since`
+overlaps the previous search by `SEARCH_OVERLAP` (10 s: the queue normally drains within a
+second, and a change the search misses is still found by a webhook, a later search whose
+window covers it, or the full cycle's count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from .app import App
+from .forge import ForgeIssue
+from .models import BatchRecord, TaskStatus, utcnow
+from .poller import LOCAL_CLOCK_MARGIN, Listed
+from .schedule import is_due
+
+SEARCH_OVERLAP = timedelta(seconds=10)
+
+
+@dataclass
+class Visit:
+    """What a cycle does with one repo: list it (`listed` None), or use the search's
+    issues; `full` lists everything and checks what the listing does not show."""
+
+    listed: Listed | None = None
+    full: bool = False
+    probe: bool = True  # a full visit first asks the repo's count (unless already known)
+
+
+@dataclass
+class ChangeScout:
+    """Plans each cycle's repo visits from one search (per-batch repos only)."""
+
+    app: App
+    searched_at: datetime | None = None
+    # repo -> forge time up to which its changes are known (polled, or searched clean)
+    known: dict[str, datetime] = field(default_factory=dict)
+
+    def plan(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit]:
+        """The visits of one cycle: repo -> Visit; repos left out need no request."""
+        batches = {
+            repo: [self.app.store.get_batch(b) for b in ids] for repo, ids in by_repo.items()
+        }
+        since = self._since(batches.values())
+        gitea = self.app.settings.forge_client(self.app.gitea)
+        owner = self.app.settings.require_owner()
+        label = self.app.settings.task_label
+        gitea.listed_at = None
+        found: dict[str, list[ForgeIssue]] = {}
+        for issue in gitea.search_issues(owner, state="all", labels=label, since=since):
+            found.setdefault(issue.repo.casefold(), []).append(issue)
+        searched_at = gitea.listed_at or utcnow() - LOCAL_CLOCK_MARGIN
+        counts = gitea.open_counts(owner) if full else {}
+        plan: dict[str, Visit] = {}
+        known: dict[str, datetime] = {}
+        for repo, repo_batches in batches.items():
+            issues = found.get(repo.casefold(), [])
+            covered = self._covered(repo, repo_batches, since)
+            if full and counts.get(repo.casefold(), 0) < self._expected(repo_batches, issues):
+                plan[repo] = Visit(full=True, probe=False)
+            elif not covered:  # changes before the search's window: list the repo
+                plan[repo] = Visit()
+            elif issues or any(_own_work(b) for b in repo_batches):
+                plan[repo] = Visit((issues, searched_at))
+            known[repo] = searched_at
+        self.searched_at, self.known = searched_at, known
+        return plan
+
+    def _covered(self, repo: str, batches: list[BatchRecord], since: datetime | None) -> bool:
+        """Whether the search's window holds every change since the repo was last seen."""
+        if since is None:
+            return False
+        polled = [b.last_polled_at for b in batches]
+        seen = min(p for p in polled if p is not None) if None not in polled else None
+        marks = [m for m in (seen, self.known.get(repo)) if m is not None]
+        return bool(marks) and max(marks) >= since + SEARCH_OVERLAP
+
+    def _since(self, batches: Iterable[list[BatchRecord]]) -> datetime | None:
+        if self.searched_at is not None:
+            return self.searched_at - SEARCH_OVERLAP
+        polled = [b.last_polled_at for group in batches for b in group]
+        if not polled or any(p is None for p in polled):
+            return None
+        return min(p for p in polled if p is not None) - SEARCH_OVERLAP
+
+    def _expected(self, batches: list[BatchRecord], issues: list[ForgeIssue]) -> int:
+        """Open issues the repo should count once the search's closures are applied."""
+        closed = {i.number for i in issues if i.state == "closed"}
+        return sum(
+            1
+            for batch in batches
+            for task in self.app.store.get_tasks(batch.batch_id)
+            if task.status == TaskStatus.OPEN
+            and task.settling is None
+            and task.issue_number is not None
+            and task.issue_number not in closed
+        )
+
+
+def _own_work(batch: BatchRecord) -> bool:
+    """A batch the cycle must visit whatever the search says."""
+    overdue = batch.deadline is not None and batch.deadline <= utcnow()
+    retrying = batch.next_attempt_at is not None and is_due(batch)
+    return (
+        batch.last_polled_at is None
+        or not batch.intake_done
+        or batch.cancel_requested
+        or overdue
+        or retrying
+        or batch.settling_tasks > 0
+    )

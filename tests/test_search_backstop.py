@@ -1,0 +1,91 @@
+"""Polling as the backstop: one search per idle cycle however many repos are live (issue 12)."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import tasks, wait_for
+
+from dropbox_eval.app import App, build_app
+from dropbox_eval.config import Settings
+from dropbox_eval.models import TaskStatus
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import Service
+
+
+def _calls(forge: SandboxForge) -> list[str]:
+    return [f"{r.method} {r.path.split('/api/v1')[1]}" for r in forge.requests]
+
+
+def _start(settings: Settings, forge: SandboxForge, batches: int) -> tuple[App, Service, list[str]]:
+    app = build_app(settings.model_copy(update={"full_poll_every": 3}))
+    app.billing.add_client("acme", 1000)
+    ids = [
+        app.intake.submit_batch("acme", tasks(3), batch_ref=f"b{n}")["batch_id"]
+        for n in range(batches)
+    ]
+    service = Service(app)
+    service.poll_cycle()  # cycle 1 (full): every repo is listed once
+    return app, service, ids
+
+
+def _close(app: App, forge: SandboxForge, batch_id: str, task: int, label: str) -> None:
+    repo = app.store.get_batch(batch_id).repo.split("/", 1)[1]
+    number = app.store.get_tasks(batch_id)[task].issue_number or 0
+    forge.finish_issue(forge.user, repo, number, comment="verdict", labels=[label])
+
+
+def test_an_idle_cycle_is_one_search_and_closures_cost_no_listing(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app, service, ids = _start(settings, forge, 6)
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 2: nothing changed
+    assert _calls(forge) == ["GET /repos/issues/search"]
+    _close(app, forge, ids[1], 0, "eval-pass")
+    _close(app, forge, ids[4], 2, "eval-fail")
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 3: the search and two timelines, no listing
+    calls = _calls(forge)
+    assert calls[0] == "GET /repos/issues/search"
+    assert sorted(c.rsplit("/", 1)[-1] for c in calls[1:]) == ["timeline", "timeline"]
+    assert app.store.get_tasks(ids[1])[0].status == TaskStatus.PASSED
+    assert app.store.get_tasks(ids[4])[2].status == TaskStatus.FAILED
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 4 (full): nothing vanished: the search and the counts
+    assert _calls(forge) == ["GET /repos/issues/search", "GET /repos/search"]
+
+
+def test_a_deleted_issue_is_found_by_the_full_cycle_s_counts(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app, service, ids = _start(settings, forge, 4)
+    victim = app.store.get_tasks(ids[2])[1]
+    forge.delete_issue(forge.user, victim.repo.split("/", 1)[1], victim.issue_number or 0)
+    service.poll_cycle()  # cycles 2 and 3: the search cannot see a deletion
+    service.poll_cycle()
+    assert app.store.get_tasks(ids[2])[1].status == TaskStatus.OPEN
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 4 (full): one repo counts one issue fewer
+    listed = {c for c in _calls(forge) if c.endswith("/issues")}
+    assert listed == {f"GET /repos/{victim.repo}/issues"}  # that repo alone is listed
+    assert app.store.get_tasks(ids[2])[1].status == TaskStatus.MISSING
+
+
+def test_a_change_the_indexer_had_not_seen_yet_is_found_by_the_next_search(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app, service, ids = _start(settings, forge, 2)
+    forge.state.indexer_lag = 1.5
+    _close(app, forge, ids[0], 0, "eval-pass")
+    forge.clear_requests()
+    service.poll_cycle()  # the search does not show the close yet
+    assert _calls(forge) == ["GET /repos/issues/search"], _calls(forge)
+    assert app.store.get_tasks(ids[0])[0].status == TaskStatus.OPEN
+    time.sleep(1.6)
+
+    def found() -> bool:
+        service.poll_cycle()
+        return app.store.get_tasks(ids[0])[0].status == TaskStatus.PASSED
+
+    assert wait_for(found, 5)
