@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
 from .app import App
@@ -108,9 +109,11 @@ def create_api(app: App) -> FastAPI:
     def problem(_request: Request, exc: DropboxEvalError) -> JSONResponse:
         return problem_response(exc)
 
-    @api.exception_handler(HTTPException)
-    def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
-        reason = {401: "unauthorized", 404: "not_found"}.get(exc.status_code, "error")
+    @api.exception_handler(StarletteHTTPException)  # unknown paths and methods too
+    def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        reason = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "error"
+        )
         body = {"ok": False, "reason": reason, "message": str(exc.detail)}
         return JSONResponse(body, status_code=exc.status_code)
 

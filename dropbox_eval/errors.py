@@ -74,9 +74,10 @@ class BatchRejected(DropboxEvalError):
 class ForgeError(DropboxEvalError):
     """The forge answered with an error or could not be reached."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, method: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.method = method  # the HTTP method of the request that failed, if any
 
 
 class ForgeRetryable(ForgeError):

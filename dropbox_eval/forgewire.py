@@ -137,7 +137,7 @@ def status_error(method: str, path: str, response: requests.Response) -> ForgeEr
         return ForgeAuthError(f"{message} (the token lacks a permission or scope)", status)
     if status == 404:
         return ForgeNotFound(message, status)
-    return ForgePermanent(message, status)
+    return ForgePermanent(message, status, method)
 
 
 def _message(response: requests.Response) -> str:

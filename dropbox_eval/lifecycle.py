@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .config import Settings
-from .errors import Busy, ForgeError, ForgeNotFound, ForgeRetryable, NotRunning
+from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable, NotRunning
 from .forge import GiteaClient
 from .markers import find_marked
 from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
@@ -90,6 +90,8 @@ class Lifecycle:
             )
         if not batch.cancel_requested:
             self.store.update_batch(batch_id, cancel_requested=True)
+        if self._gitea is None:  # a command without the forge: the service finishes it
+            return self.store.get_batch(batch_id)
         return self._abort(batch_id, BatchStatus.CANCELLED)
 
     def end_if_due(self, batch_id: str) -> bool:
@@ -175,7 +177,15 @@ class Lifecycle:
         closed: dict[str, dict[str, Any]] = {}
         try:
             for task in open_tasks:
-                gone = self._close_issue(batch.repo, task.issue_number or 0, label_id, why)
+                try:
+                    gone = self._close_issue(batch.repo, task.issue_number or 0, label_id, why)
+                except ForgeError as exc:
+                    if status != BatchStatus.FAILED:
+                        raise  # cancel and expiry try again at the next visit
+                    log.warning(
+                        "batch %s: issue #%s left open: %s", batch_id, task.issue_number, exc
+                    )  # failing: one try for each issue
+                    gone = False
                 closed[task.task_id] = (
                     ended(TaskStatus.MISSING, "the issue was deleted")
                     if gone
@@ -185,10 +195,20 @@ class Lifecycle:
             self.store.update_tasks(batch_id, closed)
 
     def _close_issue(self, repo: str, number: int, label_id: int, why: str) -> bool:
-        """Comment, label and close; True when the issue turned out to be gone."""
+        """Comment, label and close; True when the issue turned out to be gone. The comment
+        and the label are a courtesy: a forge refusing them does not keep the issue open."""
         try:
-            self.gitea.comment(repo, number, why)
-            self.gitea.add_labels(repo, number, [label_id])
+            courtesies: list[Callable[[], None]] = [
+                lambda: self.gitea.comment(repo, number, why),
+                lambda: self.gitea.add_labels(repo, number, [label_id]),
+            ]
+            for courtesy in courtesies:
+                try:
+                    courtesy()
+                except ForgePermanent as exc:
+                    if isinstance(exc, ForgeNotFound):
+                        raise
+                    log.warning("%s#%d: %s", repo, number, exc)
             self.gitea.close_issue(repo, number)
         except ForgeNotFound:
             return True

@@ -3,9 +3,10 @@ stored attempts decide the next visit.
 
 A stage never sleeps or loops on a failure. It records the failure on the batch
 (`attempts`, `last_error`, `next_attempt_at`), and the worker skips the batch until then.
-An answer that retrying cannot change (a 4xx other than 404, 408, 409 and 429; 413
-included), or a failure that repeats past `SAAS_EVAL_MAX_ATTEMPTS` visits, ends the batch
-`failed` (lifecycle.py). 401/403 are the operator's token, not the batch: they only count.
+An answer that retrying cannot change (a 4xx other than 404, 408, 409 and 429 to a write:
+413 included), or a failure that repeats past `SAAS_EVAL_MAX_ATTEMPTS` visits, ends the
+batch `failed` (lifecycle.py). 401/403 are the operator's token, and a 4xx to a read is a
+proxy's or the forge's trouble, not the batch's: they only count as failed visits.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .models import BatchRecord, utcnow
 from .store import Store
 
 RETRYABLE_4XX = frozenset({404, 408, 409, 429})
+READS = frozenset({"GET", "HEAD"})
 
 
 def backoff(attempts: int, base: float, cap: float) -> timedelta:
@@ -28,7 +30,9 @@ def is_permanent(error: ForgeError) -> bool:
     """The same request will get the same answer: retrying cannot help this batch."""
     if isinstance(error, ForgeAuthError) or not isinstance(error, ForgePermanent):
         return False
-    return error.status is None or error.status not in RETRYABLE_4XX
+    if error.method in READS:  # a proxy refusing a listing says nothing about the batch
+        return False
+    return error.status is not None and error.status not in RETRYABLE_4XX
 
 
 def is_due(batch: BatchRecord, now: datetime | None = None) -> bool:

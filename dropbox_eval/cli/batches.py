@@ -232,9 +232,21 @@ def cancel(obj: Context, batch_id: str, as_json: bool) -> None:
     with friendly_errors():
         app = obj.app()
         batch = app.lifecycle.cancel(batch_id)
-    result = {"ok": True, "batch_id": batch_id, "status": batch.status, "charged": batch.charged}
+    stored = batch.status == BatchStatus.RUNNING  # no forge here, or it failed half-way
+    result = {
+        "ok": True,
+        "batch_id": batch_id,
+        "status": batch.status,
+        "charged": batch.charged,
+        "cancel_requested": True,
+    }
     if as_json:
         emit_json(result)
+    elif stored:
+        click.echo(
+            f"{batch_id}: cancel stored; the service closes its open issues and emits "
+            "the report at its next cycle"
+        )
     else:
         click.echo(
             f"{batch_id}: {batch.status}, charged {batch.charged}; the service emits "

@@ -115,6 +115,12 @@ class Inbox:
     def _process_in(self, folder_fd: int, path: Path) -> Outcome:
         for outcome in OUTCOME_DIRS:  # checked before any intake, created only when needed
             _check_outcome_folder(folder_fd, path, outcome)
+        if not _is_text(path.name):  # before anything is created: it could not be reported
+            error = BatchRejected(
+                "invalid_name",
+                "the file name is not valid UTF-8; rename the file and drop it again",
+            )
+            return self._reject(folder_fd, path, error, None, None)
         try:
             fd = self._open_file(folder_fd, path.name)
         except FileNotFoundError:
@@ -128,7 +134,7 @@ class Inbox:
                 raise _Skip("busy", "another process holds a lock on the file")
             if not fsops.same_file(folder_fd, path.name, fd):
                 raise _Skip("vanished", "the file was moved or replaced before it was read")
-            log.info("file %s: reading", path)
+            log.info("file %s: reading", shown(path))
             try:
                 raw = self._read(fd)
             except BatchRejected as exc:
@@ -291,7 +297,7 @@ class Inbox:
             self.store.update_batch(result["batch_id"], filed=True)
         log.info(
             "file %s: accepted as batch %s%s",
-            path,
+            shown(path),
             result["batch_id"],
             " (duplicate of an earlier drop)" if result.get("duplicate") else "",
         )
@@ -307,7 +313,7 @@ class Inbox:
             "rejected_at": utcnow().isoformat(),
         }
         final = self._file_away(folder_fd, path, "rejected", document, fd)
-        log.warning("file %s: rejected (%s): %s", path, error.reason, error.message)
+        log.warning("file %s: rejected (%s): %s", shown(path), error.reason, error.message)
         if self.on_reject is not None:
             try:
                 self.on_reject(document, self.client_folder(path))
@@ -315,7 +321,7 @@ class Inbox:
                 OSError,
                 ValueError,
             ) as exc:  # the log is for operators: never fail the drop on it
-                log.error("cannot record the rejection of %s: %s", path, exc)
+                log.error("cannot record the rejection of %s: %s", shown(path), exc)
         return Outcome("rejected", final, document)
 
     def _file_away(
@@ -332,7 +338,7 @@ class Inbox:
                 document["filed_as"] = target
             write_at(out_fd, f"{target}{suffix}", json_bytes(document))
             if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
-                log.warning("file %s: vanished while being filed as %s", path, outcome)
+                log.warning("file %s: vanished while being filed as %s", shown(path), outcome)
                 if outcome == "rejected":
                     with contextlib.suppress(OSError):
                         os.unlink(f"{target}{suffix}", dir_fd=out_fd)
@@ -346,7 +352,7 @@ class Inbox:
 
 def _skipped(path: Path, skip: _Skip) -> Outcome:
     level = logging.INFO if skip.reason in ("vanished", "changed", "busy") else logging.WARNING
-    log.log(level, "file %s: left in place (%s): %s", path, skip.reason, skip.message)
+    log.log(level, "file %s: left in place (%s): %s", shown(path), skip.reason, skip.message)
     return Outcome("skipped", None, {"reason": skip.reason, "message": skip.message})
 
 
@@ -365,3 +371,17 @@ def _unusable_outcome_folder(path: Path, outcome: str, why: object) -> _Skip:
         f"{path.parent / outcome} is not a plain folder "
         f"({why}); nothing is filed through it, the file stays where it is",
     )
+
+
+def _is_text(name: str) -> bool:
+    """Whether a file name decoded from the file system is valid UTF-8 (no escapes)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(path: Path) -> str:
+    """A path as log lines can carry it: bytes that are not UTF-8 as `\\x..` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")

@@ -62,11 +62,11 @@ def outcome_name(name: str, suffix: str, counter: int = 0) -> str:
     tag = f".{counter}" if counter else ""
     candidate = f"{stem}{tag}{ext}"
     budget = NAME_MAX - len(temp_name(suffix).encode()) - 1  # `.{target}{suffix}.tmp`
-    if len(candidate.encode()) <= budget:
+    if len(os.fsencode(candidate)) <= budget:  # the bytes the file system stores
         return candidate
     digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    keep = budget - len(f"~{digest}{tag}{ext}".encode())
-    short = stem.encode("utf-8", "surrogateescape")[:keep].decode("utf-8", "ignore")
+    keep = budget - len(os.fsencode(f"~{digest}{tag}{ext}"))
+    short = os.fsencode(stem)[:keep].decode("utf-8", "ignore")
     return f"{short}~{digest}{tag}{ext}"
 
 

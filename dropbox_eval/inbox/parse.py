@@ -115,12 +115,14 @@ def _load_json(text: str) -> Any:
         hint = " (the file ends early: an interrupted upload?)" if ended_early else ""
         raise BatchRejected(
             "invalid_json",
-            f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{hint}",
+            f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}){hint}",
             line=exc.lineno,
             column=exc.colno,
         ) from exc
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise BatchRejected("invalid_json", f"not valid JSON: {exc}") from exc
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise BatchRejected(
+            "invalid_json", "not valid JSON here: a number has more than 4,300 digits"
+        ) from exc
 
 
 def _no_constant(name: str) -> Any:

@@ -38,6 +38,14 @@ class StateCollector(Collector):
             GaugeMetricFamily, "tasks", "Tasks by status.", "status", self._task_counts(rows)
         )
         yield from self._deliveries(rows)
+        yield _family(
+            CounterMetricFamily,
+            "forge_webhooks",
+            "Forge webhook deliveries received by this process, by outcome (accepted, "
+            "unsigned, bad_signature, replayed, unknown_repo, ignored_event, ...).",
+            "outcome",
+            dict(self.app.webhooks.counts),
+        )
         yield from self._credits()
         yield from self._service()
         waiting = len(candidates(self.app.settings.inbox_path))
