@@ -26,6 +26,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "history": ([], ["--batches", "40"]),
     "latency": ([], ["--drops", "5"]),
     "isolation": ([], ["--drops", "8"]),
+    "farm": ([], ["--batches", "4", "--tasks", "50"]),
     "sftp": ([], ["--drops", "5"]),
     "rss": ([], ["--batches", "2", "--tasks", "2000"]),
 }
