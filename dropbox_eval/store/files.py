@@ -19,7 +19,8 @@ from tinydb.storages import Storage
 from ..errors import StoreError
 from ..fileio import write_atomically
 
-BLOCK = 1 << 16
+BLOCK = 1 << 13
+MAX_BLOCK = 1 << 20
 
 
 class AtomicJSONStorage(Storage):
@@ -95,8 +96,10 @@ def newest_lines(path: Path) -> Iterator[dict[str, Any]]:
     with handle:
         position = handle.seek(0, os.SEEK_END)
         rest = b""
+        block = BLOCK
         while position > 0:
-            step = min(BLOCK, position)
+            step = min(block, position)
+            block = min(block * 2, MAX_BLOCK)  # a small page reads little, a long scan fast
             position -= step
             handle.seek(position)
             chunk = handle.read(step) + rest

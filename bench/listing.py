@@ -1,0 +1,151 @@
+"""Listing cost against history: `batches`, `clients show` and the API listing with 5 and
+with 2,000 archived batches, in one run.
+
+The history is made by the store's own archive path (each batch: its summary row and its
+hold, charge and release entries appended, the index counts updated), for one client, so
+the figures are the cost of reading one page of 5 (what 5 archived batches hold): the
+newest batches (`dropbox-eval batches --limit 5`), the newest ledger entries
+(`dropbox-eval clients show ID --limit 5`), and the API's first page with its
+`X-Total-Count` - each the median of 20 calls, through the store calls the CLI makes and
+the real API over loopback HTTP.
+
+    python bench/listing.py [--small 5] [--large 2000] [--json]
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+from _common import BenchResult, command_line, emit, parser
+
+from dropbox_eval.api import create_api
+from dropbox_eval.app import build_app
+from dropbox_eval.config import load_settings
+from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
+from dropbox_eval.webserver import BackgroundServer
+
+TARGET = 1.2
+CALLS = 20
+PAGE = 5  # the same page in both histories: a page of 50 rows costs more than one of 5
+
+
+def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
+    """A state folder whose client `acme` has `batches` archived batches; the three reads."""
+    app = build_app(load_settings(home=home))
+    app.billing.add_client("acme", 10**9)
+    now = utcnow()
+    for n in range(batches):
+        batch = BatchRecord(
+            batch_id=f"20260101-000000-{n:09d}",
+            client_id="acme",
+            repo="eval/x",
+            total=1,
+            done=1,
+            created_at=now,
+            status=BatchStatus.EMITTED,
+            emitted_at=now,
+        )
+        entries = [
+            LedgerEntry(
+                client_id="acme",
+                amount=a,
+                held_change=h,
+                balance_after=0,
+                kind=k,
+                batch_id=batch.batch_id,
+                at=now,
+            ).model_dump(mode="json")
+            for k, a, h in (("hold", 0, 1), ("charge", -1, 0), ("release", 0, -1))
+        ]
+        app.store.archive_rows.add(
+            {**batch.model_dump(mode="json", include=set(_SUMMARY)), "status": "emitted"},
+            entries,
+        )
+        with app.store._index_change() as data:  # noqa: SLF001 - counts as archive() does
+            doc = data["counts"].setdefault("1", {})
+            for scope in ("all", "client:acme"):
+                doc.setdefault(scope, {}).setdefault("emitted", 0)
+                doc[scope]["emitted"] += 1
+    key = app.billing.new_api_key("acme")
+    server = BackgroundServer(create_api(app), name="bench-api")
+    url = server.start()
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {key}"
+    return (
+        lambda: app.store.page_batches(limit=PAGE),
+        lambda: app.store.ledger("acme", limit=PAGE),
+        lambda: session.get(f"{url}/api/eval/batches", params={"limit": PAGE}, timeout=30),
+        server.stop,
+    )
+
+
+_SUMMARY = (
+    "batch_id",
+    "client_id",
+    "batch_ref",
+    "status",
+    "total",
+    "done",
+    "repo",
+    "sha256",
+    "source",
+    "created_at",
+    "completed_at",
+    "emitted_at",
+)
+
+
+def median_ms(call: Callable[[], object]) -> float:
+    """Median milliseconds of `CALLS` calls."""
+    samples = []
+    for _ in range(CALLS):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+def main() -> None:
+    args_parser = parser(__doc__ or "")
+    args_parser.add_argument("--small", type=int, default=5)
+    args_parser.add_argument("--large", type=int, default=2000)
+    args = args_parser.parse_args()
+    started = time.perf_counter()
+    result = BenchResult("listing", command_line())
+    names = (
+        f"batches --limit {PAGE}",
+        f"clients show --limit {PAGE}",
+        "GET /api/eval/batches (first page + total)",
+    )
+    with tempfile.TemporaryDirectory() as small_home, tempfile.TemporaryDirectory() as big_home:
+        small = history(Path(small_home), args.small)
+        large = history(Path(big_home), args.large)
+        try:
+            for name, few, many in zip(names, small[:3], large[:3], strict=True):
+                base, big = median_ms(few), median_ms(many)
+                result.add(
+                    f"{name}: {args.large} / {args.small} archived",
+                    big / base,
+                    "x",
+                    f"<= {TARGET}",
+                    big / base <= TARGET,
+                    note=f"{big:.2f} ms vs {base:.2f} ms",
+                )
+        finally:
+            small[3]()
+            large[3]()
+    result.info["setup"] = (
+        f"one client with {args.small} and {args.large} archived batches (3 ledger entries "
+        "each), made through the store's archive; median of 20 calls"
+    )
+    result.seconds = time.perf_counter() - started
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()
