@@ -22,7 +22,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
+import requests
+from _common import (
+    BenchResult,
+    ForgeProcess,
+    command_line,
+    emit,
+    make_tasks,
+    parser,
+    percentile,
+    settings_for,
+)
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
@@ -152,8 +162,13 @@ def main() -> None:
     with SandboxForge(port=0) as forge:
         forge.set_delay(args.delay)
         pushed = push_latency(forge, args.closes)
-        drops = drop_latency(forge, args.drops)
-        trip, create = floor(forge, 4)
+    with ForgeProcess() as remote:  # its own process: the forge's work is not the product's
+        delay = requests.post(
+            f"{remote.url}/_sandbox/delay", json={"seconds": args.delay}, timeout=10
+        )
+        delay.raise_for_status()
+        drops = drop_latency(remote, args.drops)  # type: ignore[arg-type]
+        trip, create = floor(remote, 4)  # type: ignore[arg-type]
     p50 = percentile(pushed, 50)
     result.add(
         "lane closes an issue -> result stored, webhooks on: p50",
@@ -181,8 +196,9 @@ def main() -> None:
         "create 10 issues at concurrency 4",
     )
     result.info["setup"] = (
-        f"sandbox forge answering every request after {args.delay * 1000:.0f} ms; one repo "
-        "per batch; Service.run in a thread with its HTTP server as the user webhook"
+        f"sandbox forge answering every request after {args.delay * 1000:.0f} ms (in-process "
+        "for the push figure, its own process for the drop and its floor); one repo per "
+        "batch; Service.run in a thread with its HTTP server as the user webhook"
     )
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
