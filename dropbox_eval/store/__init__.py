@@ -36,7 +36,7 @@ from .files import AtomicJSONStorage, append_lines, unlink_quietly, write_table
 from .tasks import Signature
 
 __all__ = ["AtomicJSONStorage", "Store", "append_lines"]
-CACHED_TASKS = 200_000  # parsed tasks kept for unchanged files (a poll cycle re-reads none)
+CACHED_TASKS = 20_000  # parsed tasks kept while their files are unchanged (memory-bounded)
 
 
 class Store(ClientStore):
