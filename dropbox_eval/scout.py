@@ -56,6 +56,9 @@ class ChangeScout:
             repo: [self.app.store.get_batch(b) for b in ids] for repo, ids in by_repo.items()
         }
         since = self._since(batches.values())
+        if since is None:  # a batch never polled: every repo is listed once, as before
+            self.known = {}
+            return {repo: Visit(full=full) for repo in batches}
         gitea = self.app.settings.forge_client(self.app.gitea)
         owner = self.app.settings.require_owner()
         label = self.app.settings.task_label
