@@ -96,7 +96,7 @@ def run_series(
 def service_idle_cycle(app: App) -> float:
     """Seconds of one service poll cycle when every batch is emitted (history only)."""
     service = Service(app)
-    service.cycles = 1  # not the periodic full poll
+    service.forge.cycles = 1  # not the periodic full poll
     with Stopwatch() as watch:
         service.poll_cycle()
     return watch.seconds

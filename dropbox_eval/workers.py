@@ -180,7 +180,7 @@ class ForgeWorker:
                 continue
             by_repo.setdefault(str(row["repo"]), []).append(str(row["batch_id"]))
         plan: dict[str, Visit] | None = None
-        if only is None and self.scout is not None and by_repo:
+        if only is None and self.scout is not None and len(by_repo) > 1:  # else one listing
             plan = self._scouted(by_repo, full)  # {} when nothing needs a visit
         if plan is None:
             plan = {repo: Visit(full=full) for repo in by_repo}
