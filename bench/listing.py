@@ -27,6 +27,7 @@ from dropbox_eval.api import create_api
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
 from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
+from dropbox_eval.store import _count, _summary
 from dropbox_eval.webserver import BackgroundServer
 
 TARGET = 1.2
@@ -62,15 +63,9 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
             ).model_dump(mode="json")
             for k, a, h in (("hold", 0, 1), ("charge", -1, 0), ("release", 0, -1))
         ]
-        app.store.archive_rows.add(
-            {**batch.model_dump(mode="json", include=set(_SUMMARY)), "status": "emitted"},
-            entries,
-        )
-        with app.store._index_change() as data:  # noqa: SLF001 - counts as archive() does
-            doc = data["counts"].setdefault("1", {})
-            for scope in ("all", "client:acme"):
-                doc.setdefault(scope, {}).setdefault("emitted", 0)
-                doc[scope]["emitted"] += 1
+        app.store.archive_rows.add(_summary(batch), entries)
+        with app.store._index_change() as data:  # noqa: SLF001 - counted as archive() does
+            _count(data["counts"], batch)
     key = app.billing.new_api_key("acme")
     server = BackgroundServer(create_api(app), name="bench-api")
     url = server.start()
@@ -82,22 +77,6 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
         lambda: session.get(f"{url}/api/eval/batches", params={"limit": PAGE}, timeout=30),
         server.stop,
     )
-
-
-_SUMMARY = (
-    "batch_id",
-    "client_id",
-    "batch_ref",
-    "status",
-    "total",
-    "done",
-    "repo",
-    "sha256",
-    "source",
-    "created_at",
-    "completed_at",
-    "emitted_at",
-)
 
 
 def median_ms(call: Callable[[], object]) -> float:

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from .errors import ForgeError, NotFoundError
-from .query import IssueQuery, page_size, parse_time
+from .query import page_size
+from .routes_issues import issue_query
 from .schemas import CreateHookOption
 from .web import body, forge, index, int_param, login, paged_reply, reply, total_headers
 
@@ -17,20 +18,8 @@ router = APIRouter(prefix="/api/v1")
 async def search_issues(request: Request) -> JSONResponse:
     """Issues of every repo (of `owner`, if given), newest first; labels are ORed, and
     changes newer than the indexer lag are not seen yet (Gitea searches its indexer)."""
-    params = request.query_params
-    state = params.get("state", "open")
-    labels = params.get("labels", "")
-    query = IssueQuery(
-        state=state if state in ("closed", "all") else "open",
-        labels=tuple(labels.split(",")) if labels else (),
-        since=parse_time(params.get("since")),
-        before=parse_time(params.get("before")),
-        page=max(1, int_param(request, "page") or 1),
-        limit=page_size(int_param(request, "limit")),
-        pulls_only=params.get("type") == "pulls",
-        issues_only=params.get("type") == "issues",
-    )
-    items, total = forge(request).search_issues(params.get("owner"), query)
+    query = issue_query(request)
+    items, total = forge(request).search_issues(request.query_params.get("owner"), query)
     return paged_reply(request, items, total, query.page, query.limit)
 
 

@@ -13,7 +13,8 @@ from .web import body, forge, index, int_param, login, paged_reply, reply, total
 router = APIRouter(prefix="/api/v1/repos/{owner}/{repo}/issues")
 
 
-def _issue_query(request: Request) -> IssueQuery:
+def issue_query(request: Request) -> IssueQuery:
+    """The filters and paging of an issue list or search request, read like Gitea."""
     params = request.query_params
     state = params.get("state", "open")
     labels = params.get("labels", "")
@@ -32,7 +33,7 @@ def _issue_query(request: Request) -> IssueQuery:
 @router.get("")
 async def list_issues(request: Request, owner: str, repo: str) -> JSONResponse:
     """Issues newest first, filtered and paged like Gitea."""
-    query = _issue_query(request)
+    query = issue_query(request)
     items, total = forge(request).list_issues(owner, repo, query)
     return paged_reply(request, items, total, query.page, query.limit)
 
