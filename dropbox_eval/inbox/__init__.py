@@ -16,7 +16,6 @@ What the inbox survives (README "File protocol" and "Uploading safely"):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -28,9 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
-from ..fileio import json_bytes, write_at
 from ..models import BatchFile, is_valid_id, utcnow
 from . import fsops
+from .filing import Skip, check_outcome_folder, file_away, shown
 from .parse import check_size, parse_batch
 from .readiness import ReadinessTracker, signature
 from .scan import OUTCOME_DIRS, candidates, is_candidate_name
@@ -43,7 +42,6 @@ __all__ = ["Inbox", "Outcome", "ReadinessTracker", "candidates", "is_candidate_n
 
 log = logging.getLogger("dropbox_eval")
 
-OUTCOME_SUFFIX = {"accepted": ".receipt.json", "rejected": ".error.json"}
 CANCEL_RE = re.compile(r"^cancel-(.+)\.json$")
 
 
@@ -54,15 +52,6 @@ class Outcome:
     status: str  # accepted | rejected | skipped
     path: Path | None
     document: dict[str, Any]
-
-
-class _Skip(Exception):
-    """The file cannot be handled now; it stays where it is (no receipt, no error file)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 class Inbox:
@@ -99,13 +88,13 @@ class Inbox:
             return Outcome("skipped", None, {"reason": "not an inbox candidate"})
         try:
             folder_fd = self._open_folder(path.parent)
-        except _Skip as skip:
+        except Skip as skip:
             return _skipped(path, skip)
         except OSError as exc:
-            return _skipped(path, _Skip("folder_unavailable", f"cannot open the folder: {exc}"))
+            return _skipped(path, Skip("folder_unavailable", f"cannot open the folder: {exc}"))
         try:
             return self._process_in(folder_fd, path)
-        except _Skip as skip:
+        except Skip as skip:
             return _skipped(path, skip)
         finally:
             os.close(folder_fd)
@@ -114,7 +103,7 @@ class Inbox:
 
     def _process_in(self, folder_fd: int, path: Path) -> Outcome:
         for outcome in OUTCOME_DIRS:  # checked before any intake, created only when needed
-            _check_outcome_folder(folder_fd, path, outcome)
+            check_outcome_folder(folder_fd, path, outcome)
         if not _is_text(path.name):  # before anything is created: it could not be reported
             error = BatchRejected(
                 "invalid_name",
@@ -124,23 +113,23 @@ class Inbox:
         try:
             fd = self._open_file(folder_fd, path.name)
         except FileNotFoundError:
-            raise _Skip("vanished", "the file disappeared before it was read") from None
+            raise Skip("vanished", "the file disappeared before it was read") from None
         except BatchRejected as exc:
             return self._reject(folder_fd, path, exc, None, None)
         except OSError as exc:  # permissions, I/O errors, a share gone away
-            raise _Skip("unreadable", f"cannot open the file, will retry: {exc}") from exc
+            raise Skip("unreadable", f"cannot open the file, will retry: {exc}") from exc
         try:
             if not fsops.claim(fd):
-                raise _Skip("busy", "another process holds a lock on the file")
+                raise Skip("busy", "another process holds a lock on the file")
             if not fsops.same_file(folder_fd, path.name, fd):
-                raise _Skip("vanished", "the file was moved or replaced before it was read")
+                raise Skip("vanished", "the file was moved or replaced before it was read")
             log.info("file %s: reading", shown(path))
             try:
                 raw = self._read(fd)
             except BatchRejected as exc:
                 return self._reject(folder_fd, path, exc, None, fd)
             except OSError as exc:
-                raise _Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
+                raise Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
             sha256 = hashlib.sha256(raw).hexdigest()
             try:
                 if CANCEL_RE.match(path.name):
@@ -164,7 +153,7 @@ class Inbox:
             return os.open(folder.name, fsops.DIR_FLAGS, dir_fd=root_fd)
         except OSError as exc:
             if fsops.is_symlink_at(root_fd, folder.name):
-                raise _Skip(
+                raise Skip(
                     "symlinked_folder",
                     f"client folder {folder.name!r} is a symbolic link; files in it are ignored",
                 ) from exc
@@ -172,21 +161,12 @@ class Inbox:
         finally:
             os.close(root_fd)
 
-    def _outcome_folder(self, folder_fd: int, path: Path, outcome: str) -> int:
-        """Open (creating it if needed) `accepted/` or `rejected/` without following links."""
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(outcome, 0o777, dir_fd=folder_fd)  # umask applies
-        try:
-            return os.open(outcome, fsops.DIR_FLAGS, dir_fd=folder_fd)
-        except OSError as exc:
-            raise _unusable_outcome_folder(path, outcome, exc) from exc
-
     def _open_file(self, folder_fd: int, name: str) -> int:
         info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
         if stat.S_ISLNK(info.st_mode):
             raise BatchRejected("symlink", "symbolic links are refused; upload the file itself")
         if not stat.S_ISREG(info.st_mode):
-            raise _Skip("not_a_file", f"not a regular file ({fsops.kind(info.st_mode)})")
+            raise Skip("not_a_file", f"not a regular file ({fsops.kind(info.st_mode)})")
         try:
             fd = os.open(name, fsops.FILE_FLAGS, dir_fd=folder_fd)
         except OSError as exc:
@@ -198,7 +178,7 @@ class Inbox:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode) or opened.st_ino != info.st_ino:
             os.close(fd)
-            raise _Skip("changed", "the file was replaced while being opened")
+            raise Skip("changed", "the file was replaced while being opened")
         return fd
 
     def _read(self, fd: int) -> bytes:
@@ -215,7 +195,7 @@ class Inbox:
         check_size(total, self.max_file_bytes)
         after = os.fstat(fd)
         if signature(after) != signature(before) or total != after.st_size:
-            raise _Skip(
+            raise Skip(
                 "changed",
                 "the file changed while being read; it will be read again once it stays unchanged",
             )
@@ -292,7 +272,7 @@ class Inbox:
             "file": path.name,
             "accepted_at": utcnow().isoformat(),
         }
-        final = self._file_away(folder_fd, path, "accepted", receipt, fd)
+        final = file_away(folder_fd, path, "accepted", receipt, fd)
         if final is not None and not result.get("duplicate") and not result.get("cancel"):
             self.store.update_batch(result["batch_id"], filed=True)
         log.info(
@@ -312,7 +292,7 @@ class Inbox:
             "sha256": sha256,
             "rejected_at": utcnow().isoformat(),
         }
-        final = self._file_away(folder_fd, path, "rejected", document, fd)
+        final = file_away(folder_fd, path, "rejected", document, fd)
         log.warning("file %s: rejected (%s): %s", shown(path), error.reason, error.message)
         if self.on_reject is not None:
             try:
@@ -324,53 +304,11 @@ class Inbox:
                 log.error("cannot record the rejection of %s: %s", shown(path), exc)
         return Outcome("rejected", final, document)
 
-    def _file_away(
-        self, folder_fd: int, path: Path, outcome: str, document: dict[str, Any], fd: int | None
-    ) -> Path | None:
-        """Write the receipt/error file, then move the drop beside it (receipt first, so a
-        client that sees its file moved also sees why). Only the file that was read (`fd`)
-        is moved: a new upload that took its name meanwhile stays in the inbox."""
-        suffix = OUTCOME_SUFFIX[outcome]
-        out_fd = self._outcome_folder(folder_fd, path, outcome)
-        try:
-            target = fsops.choose_target(out_fd, path.name, suffix, document)
-            if target != path.name:
-                document["filed_as"] = target
-            write_at(out_fd, f"{target}{suffix}", json_bytes(document))
-            if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
-                log.warning("file %s: vanished while being filed as %s", shown(path), outcome)
-                if outcome == "rejected":
-                    with contextlib.suppress(OSError):
-                        os.unlink(f"{target}{suffix}", dir_fd=out_fd)
-                return None
-            os.fsync(out_fd)
-            os.fsync(folder_fd)
-        finally:
-            os.close(out_fd)
-        return path.parent / outcome / target
 
-
-def _skipped(path: Path, skip: _Skip) -> Outcome:
+def _skipped(path: Path, skip: Skip) -> Outcome:
     level = logging.INFO if skip.reason in ("vanished", "changed", "busy") else logging.WARNING
     log.log(level, "file %s: left in place (%s): %s", shown(path), skip.reason, skip.message)
     return Outcome("skipped", None, {"reason": skip.reason, "message": skip.message})
-
-
-def _check_outcome_folder(folder_fd: int, path: Path, outcome: str) -> None:
-    try:
-        info = os.stat(outcome, dir_fd=folder_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(info.st_mode):
-        raise _unusable_outcome_folder(path, outcome, fsops.kind(info.st_mode))
-
-
-def _unusable_outcome_folder(path: Path, outcome: str, why: object) -> _Skip:
-    return _Skip(
-        "outcome_folder_unusable",
-        f"{path.parent / outcome} is not a plain folder "
-        f"({why}); nothing is filed through it, the file stays where it is",
-    )
 
 
 def _is_text(name: str) -> bool:
@@ -380,8 +318,3 @@ def _is_text(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def shown(path: Path) -> str:
-    """A path as log lines can carry it: bytes that are not UTF-8 as `\\x..` escapes."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")

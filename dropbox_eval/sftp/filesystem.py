@@ -22,10 +22,7 @@ uploads (a write that would leave a hole) are refused.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
-import secrets
 import stat
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -33,23 +30,18 @@ from pathlib import Path
 
 import asyncssh
 from asyncssh import (
-    FXF_APPEND,
-    FXF_CREAT,
-    FXF_EXCL,
-    FXF_READ,
     FXF_WRITE,
     SFTPAttrs,
     SFTPFailure,
     SFTPFileAlreadyExists,
     SFTPName,
     SFTPNoSuchFile,
-    SFTPOpUnsupported,
     SFTPPermissionDenied,
 )
 
+from . import upload
 from .paths import (
     DIR_FLAGS,
-    UPLOAD_PREFIX,
     Target,
     open_client_folder,
     parse_path,
@@ -60,17 +52,6 @@ from .paths import (
 
 FileReport = Callable[[str, int, str, str | None], None]
 """Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
-
-
-@dataclass
-class Upload:
-    """An open upload: the hidden file `temp`, renamed to `name` on close."""
-
-    fd: int
-    name: str
-    temp: str
-    size: int = 0
-    error: str | None = None
 
 
 @dataclass
@@ -161,11 +142,11 @@ class JailedSFTPServer(asyncssh.SFTPServer):
 
     # -- files ----------------------------------------------------------------------------
 
-    def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> Upload | Download:
+    def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> upload.Upload | Download:
         """Open a receipt/error file for reading, or start an upload."""
         target = parse_path(path)
         if pflags & FXF_WRITE:
-            return self._start_upload(target, pflags)
+            return upload.start(self._root, target, pflags)
         if target.folder is None or target.name is None:
             raise SFTPPermissionDenied("only files in accepted/ and rejected/ can be read")
         folder = self._folder_fd(target.folder)
@@ -186,26 +167,6 @@ class JailedSFTPServer(asyncssh.SFTPServer):
             raise SFTPPermissionDenied("not a regular file")
         return Download(fd)
 
-    def _start_upload(self, target: Target, pflags: int) -> Upload:
-        name = writable_name(target)
-        if pflags & (FXF_READ | FXF_APPEND):
-            raise SFTPOpUnsupported("uploads are write-only and cannot append")
-        existing = stat_at(self._root, name)
-        if existing is None and not pflags & FXF_CREAT:
-            raise SFTPNoSuchFile(f"no such file: {name}")
-        if existing is not None and pflags & FXF_EXCL:
-            raise SFTPFileAlreadyExists(f"{name} already exists")
-        # Every upload starts as a new file, with or without FXF_TRUNC (scp opens without it
-        # and sets the size at the end); a resume is refused by `write` (no holes).
-        temp = f"{UPLOAD_PREFIX}{secrets.token_hex(4)}.{name}.part"
-        fd = os.open(
-            temp,
-            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o644,
-            dir_fd=self._root,
-        )
-        return Upload(fd, name, temp)
-
     def read(self, file_obj: object, offset: int, size: int) -> bytes:
         """Read from a receipt or error file."""
         if not isinstance(file_obj, Download):
@@ -214,56 +175,32 @@ class JailedSFTPServer(asyncssh.SFTPServer):
 
     def write(self, file_obj: object, offset: int, data: bytes) -> int:
         """Write to an upload; past SAAS_EVAL_MAX_FILE_BYTES the upload fails and is removed."""
-        if not isinstance(file_obj, Upload):
+        if not isinstance(file_obj, upload.Upload):
             raise SFTPPermissionDenied("accepted/ and rejected/ are read-only")
-        if file_obj.error:
-            raise SFTPFailure(file_obj.error)
-        if offset > file_obj.size:
-            file_obj.error = "resuming an upload is not supported: upload the whole file again"
-            self._discard(file_obj)
-            raise SFTPOpUnsupported(file_obj.error)
-        if offset + len(data) > self._max_bytes:
-            file_obj.error = (
-                f"file too large: over the {self._max_bytes}-byte limit "
-                "(SAAS_EVAL_MAX_FILE_BYTES); upload discarded"
-            )
-            self._discard(file_obj)
-            raise SFTPFailure(file_obj.error)
-        written = os.pwrite(file_obj.fd, data, offset)
-        file_obj.size = max(file_obj.size, offset + written)
-        return written
+        return upload.write(self._root, file_obj, offset, data, self._max_bytes)
 
     def close(self, file_obj: object) -> None:
         """Finish a download; rename a complete upload into place (see `_session_over`)."""
         if isinstance(file_obj, Download):
             os.close(file_obj.fd)
             return
-        assert isinstance(file_obj, Upload)
+        assert isinstance(file_obj, upload.Upload)
         if file_obj.error:
             self._report(file_obj.name, file_obj.size, f"refused ({file_obj.error})", None)
             if not self._session_over():
                 raise SFTPFailure(file_obj.error)
             return
         if self._session_over():
-            self._discard(file_obj)
+            upload.discard(self._root, file_obj)
             self._report(file_obj.name, file_obj.size, "dropped", None)
             return
         try:
-            digest = self._complete(file_obj)
+            digest = upload.complete(self._root, file_obj)
         except Exception as exc:  # noqa: BLE001 - whatever failed, no partial file stays
-            self._discard(file_obj)
+            upload.discard(self._root, file_obj)
             self._report(file_obj.name, file_obj.size, f"failed ({exc})", None)
             raise SFTPFailure("could not complete the upload; upload it again") from None
         self._report(file_obj.name, file_obj.size, "completed", digest)
-
-    def _complete(self, upload: Upload) -> str:
-        """fsync, then rename the hidden file into place; the sha256 of what was written."""
-        digest = _sha256(upload.fd)
-        os.fsync(upload.fd)
-        os.close(upload.fd)
-        upload.fd = -1
-        os.rename(upload.temp, upload.name, src_dir_fd=self._root, dst_dir_fd=self._root)
-        return digest
 
     def _session_over(self) -> bool:
         """Whether this close comes from asyncssh's clean-up of a finished session.
@@ -276,28 +213,21 @@ class JailedSFTPServer(asyncssh.SFTPServer):
         chan = self.channel
         return chan.is_closing() or getattr(chan, "_recv_state", "open") != "open"
 
-    def _discard(self, upload: Upload) -> None:
-        if upload.fd >= 0:
-            os.close(upload.fd)
-            upload.fd = -1
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(upload.temp, dir_fd=self._root)
-
     def fstat(self, file_obj: object) -> os.stat_result:
         """Attributes of an open file."""
-        assert isinstance(file_obj, Upload | Download)
+        assert isinstance(file_obj, upload.Upload | Download)
         if file_obj.fd < 0:
             raise SFTPFailure("upload already discarded")
         return os.fstat(file_obj.fd)
 
     def fsync(self, file_obj: object) -> None:
         """Flush an upload (a close always does)."""
-        if isinstance(file_obj, Upload) and file_obj.fd >= 0:
+        if isinstance(file_obj, upload.Upload) and file_obj.fd >= 0:
             os.fsync(file_obj.fd)
 
     def fsetstat(self, file_obj: object, attrs: SFTPAttrs) -> None:
         """Times only (`put -p`, WinSCP); other attributes are ignored."""
-        if isinstance(file_obj, Upload) and file_obj.fd >= 0:
+        if isinstance(file_obj, upload.Upload) and file_obj.fd >= 0:
             times = _times(attrs)
             if times:
                 os.utime(file_obj.fd, times)
@@ -378,12 +308,3 @@ def _times(attrs: SFTPAttrs) -> tuple[float, float] | None:
     if attrs.atime is None or attrs.mtime is None:
         return None
     return float(attrs.atime), float(attrs.mtime)
-
-
-def _sha256(fd: int) -> str:
-    digest = hashlib.sha256()
-    offset = 0
-    while chunk := os.pread(fd, 1 << 20, offset):
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.hexdigest()
