@@ -24,6 +24,7 @@ from typing import Any
 
 from filelock import Timeout as LockTimeout
 
+from .config import Settings
 from .errors import ForgeNotFound, ForgePermanent, ForgeRetryable
 from .forgehttp import PAGE_LIMIT, ForgeTransport
 from .forgewire import (
@@ -36,6 +37,19 @@ from .forgewire import (
 )
 
 __all__ = ["PAGE_LIMIT", "ForgeIssue", "ForgePull", "ForgeTimelineEntry", "GiteaClient"]
+
+
+class UsesForge:
+    """A stage that may run without a forge (a CLI command): `gitea` names the missing
+    setting in a ConfigError only when the stage really needs it."""
+
+    _gitea: GiteaClient | None
+    settings: Settings
+
+    @property
+    def gitea(self) -> GiteaClient:
+        """The forge client; a ConfigError names the missing setting when there is none."""
+        return self.settings.forge_client(self._gitea)
 
 
 class GiteaClient(ForgeTransport):

@@ -20,7 +20,7 @@ from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
 from .errors import BatchRejected
-from .forge import ForgeIssue, GiteaClient
+from .forge import ForgeIssue, GiteaClient, UsesForge
 from .inbox.parse import check_task_count, rejection_from_validation
 from .lifecycle import Lifecycle, opened
 from .markers import find_marked, issue_body
@@ -51,7 +51,7 @@ class Recorded:
     duplicate: bool = False
 
 
-class Intake:
+class Intake(UsesForge):
     """Records batches and opens their issues."""
 
     def __init__(
@@ -68,11 +68,6 @@ class Intake:
         self.settings = settings
         self.lifecycle = lifecycle
         self.policy = CallbackPolicy(settings.callback_allow)
-
-    @property
-    def gitea(self) -> GiteaClient:
-        """The forge client; a ConfigError names the missing setting when there is none."""
-        return self.settings.forge_client(self._gitea)
 
     def submit_batch(
         self,

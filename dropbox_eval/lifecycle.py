@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from .config import Settings
 from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable, NotRunning
-from .forge import GiteaClient
+from .forge import GiteaClient, UsesForge
 from .markers import find_marked
 from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
 from .poller import Poller, ended, settled
@@ -37,7 +37,7 @@ ABORTED_TASK = {
 T = TypeVar("T")
 
 
-class Lifecycle:
+class Lifecycle(UsesForge):
     """Ends running batches early, and runs forge work under the durable schedule."""
 
     def __init__(
@@ -56,11 +56,6 @@ class Lifecycle:
         self.settler = settler
         self.schedule = schedule
         self.on_error: Callable[[str, Exception], None] | None = None  # the service's status
-
-    @property
-    def gitea(self) -> GiteaClient:
-        """The forge client; a ConfigError names the missing setting when there is none."""
-        return self.settings.forge_client(self._gitea)
 
     def visit(self, batch_id: str, step: Callable[..., T], *args: Any) -> T | None:
         """Run one try of forge work for a batch; a failure is stored on the batch, and a
@@ -160,7 +155,8 @@ class Lifecycle:
             return
         tasks = self.store.get_tasks(batch_id)
         pending = [t for t in tasks if t.status == TaskStatus.PENDING]
-        if pending:
+        if pending:  # two labels of one name would hide every issue from the adoption
+            self.gitea.repair_label(batch.repo, self.settings.task_label)
             found = find_marked(self.gitea, batch, pending, self.settings.task_label)
             self.store.update_tasks(
                 batch_id, {k: opened(i.number, i.html_url) for k, i in found.items()}

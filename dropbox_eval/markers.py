@@ -58,7 +58,6 @@ def find_marked(
     """The issues an interrupted attempt created for these tasks, by their marker."""
     wanted = {t.task_id for t in pending}
     found: dict[str, ForgeIssue] = {}
-    gitea.repair_label(batch.repo, label)  # two labels of one name would hide every issue
     for issue in gitea.iter_issues(batch.repo, labels=label, since=batch.created_at - ADOPT_MARGIN):
         marked = read_marker(issue.body)
         if marked is not None and marked[0] == batch.batch_id and marked[1] in wanted:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .config import Settings
 from .errors import ForgeError, ForgeNotFound
-from .forge import ForgeIssue, GiteaClient
+from .forge import ForgeIssue, GiteaClient, UsesForge
 from .models import (
     BatchRecord,
     BatchStatus,
@@ -42,7 +42,7 @@ Owner = tuple[BatchRecord, TaskRecord]
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 
 
-class Poller:
+class Poller(UsesForge):
     """Stores the results of issues the lane closed and moves each batch's progress."""
 
     def __init__(
@@ -57,11 +57,6 @@ class Poller:
             merged=TaskStatus(settings.merged_status),
             unmerged=TaskStatus(settings.unmerged_status),
         )
-
-    @property
-    def gitea(self) -> GiteaClient:
-        """The forge client; a ConfigError names the missing setting when there is none."""
-        return self.settings.forge_client(self._gitea)
 
     def poll_completed(self, batch_id: str, *, full: bool = False) -> list[str]:
         """Store results of issues the lane closed; open ones are skipped (seed API)."""

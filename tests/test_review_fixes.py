@@ -61,7 +61,7 @@ def test_a_failing_batch_closes_every_open_issue_even_when_comments_are_refused(
 
 
 def test_cancel_without_the_forge_is_stored_and_finished_by_the_service(
-    app: App, settings: Settings, funded: str, monkeypatch: object
+    app: App, settings: Settings, funded: str
 ) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1))["batch_id"]
     runner = CliRunner()
