@@ -215,7 +215,8 @@ class ForgeWorker:
     def visit_repo(self, batch_ids: list[str], visit: Visit) -> None:
         """End or resume each due batch of one repo, then poll the rest in one listing."""
         lifecycle, store = self.app.lifecycle, self.app.store
-        to_poll = []
+        to_poll: list[str] = []
+        failing: list[str] = []  # batches whose earlier visits failed: reset once this works
         for batch_id in batch_ids:
             if lifecycle.end_if_due(batch_id):
                 continue
@@ -227,6 +228,8 @@ class ForgeWorker:
                 opened = lifecycle.visit(batch_id, self.app.intake.open_issues, batch_id)
             if opened is not None:  # a failed intake visit counts once, not twice
                 to_poll.append(batch_id)
+                if batch.attempts or batch.next_attempt_at is not None:
+                    failing.append(batch_id)
         if not to_poll:
             return
         try:
@@ -236,9 +239,9 @@ class ForgeWorker:
         except ForgeError as exc:
             for batch_id in to_poll:  # the listing is shared: each batch counts the visit
                 lifecycle.visit(batch_id, _raise, exc)
-        else:
-            for batch_id in to_poll:
-                self.app.lifecycle.schedule.succeeded(store.get_batch(batch_id))
+        else:  # no batch read again when none had failed (the common, idle case)
+            for batch_id in failing:
+                lifecycle.schedule.succeeded(store.get_batch(batch_id))
 
 
 def _raise(error: Exception) -> None:
