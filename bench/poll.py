@@ -1,8 +1,13 @@
-"""Forge requests per poll cycle with N open tasks (default 10,000), counted by the forge.
+"""Forge requests per poll cycle, counted by the forge.
 
-One batch of N tasks is taken in through the product (in-process sandbox forge), then real
-`Service.poll_cycle()` calls are made (no service loop, no inbox): the first cycle is the
-periodic full poll (a count probe, then a full listing only if issues went missing), then an
+First the farm (see `_farm.py`): 20 live batches x 500 tasks in the default mode, one repo
+per batch, then the same with a shared repo: idle cycle, full reconciliation (nothing
+changed; closures only the counts show; a deleted issue), 100 closures, and the idle
+cycle's CPU against 1/100 of the tasks.
+
+Then one repo: one batch of N tasks is taken in through the product (in-process sandbox
+forge), then real `Service.poll_cycle()` calls are made (no service loop, no inbox): the
+first cycle is the periodic full poll (a count, then the listing of closed issues), then an
 idle cycle. Then the sandbox's `pulls` lane (status comment, PR `Closes #N`, verdict label,
 merge or abandon) resolves 100 issues and a cycle reads them: one timeline GET per closure
 plus, with `pull_details` (default), one GET per merged pull request. Then an idle cycle
@@ -13,8 +18,8 @@ baseline is the seed's per-task polling: one GET per open task per cycle (comput
 open-task count; a per-task loop over a sample times it). Store I/O per cycle is counted by
 wrapping the TinyDB storage (no behaviour change).
 
-    python bench/poll.py [--tasks 10000] [--closed 100] [--merge-ratio 1.0] [--settle 10]
-                         [--pause 2] [--sample 500] [--json]
+    python bench/poll.py [--batches 20] [--batch-tasks 500] [--tasks 10000] [--closed 100]
+                         [--merge-ratio 1.0] [--settle 10] [--pause 2] [--sample 500] [--json]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from _common import (
     parser,
     settings_for,
 )
+from _farm import farm_figures
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.forge import PAGE_LIMIT, GiteaClient
@@ -91,7 +97,9 @@ def merged_prs(app: App, batch_id: str) -> int:
 
 def main() -> None:
     args_parser = parser(__doc__ or "")
-    args_parser.add_argument("--tasks", type=int, default=10_000)
+    args_parser.add_argument("--batches", type=int, default=20, help="farm: live batches")
+    args_parser.add_argument("--batch-tasks", type=int, default=500, help="farm: tasks each")
+    args_parser.add_argument("--tasks", type=int, default=10_000, help="one repo: tasks")
     args_parser.add_argument("--closed", type=int, default=100)
     args_parser.add_argument("--merge-ratio", type=float, default=1.0)
     args_parser.add_argument("--settle", type=float, default=10.0, help="settle_seconds")
@@ -107,6 +115,7 @@ def main() -> None:
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("poll", command_line())
+    farm_figures(result, args.batches, args.batch_tasks)
     base_target = 1 + math.ceil(args.closed / PAGE_LIMIT) + args.closed
     lane = LaneConfig(mode="pulls", delay=0, interval=3600, merge_ratio=args.merge_ratio)
     with (
@@ -256,8 +265,8 @@ def main() -> None:
             "full cycle after 1 issue was deleted",
             deleted.requests,
             "requests",
-            note=f"probe + {deleted.pages - 1} list pages of every issue + "
-            f"{deleted.requests - deleted.pages} GET of the unseen issue; " + deleted.note(),
+            note=f"count + 1 incremental page + {deleted.pages - 1} list pages of every issue "
+            f"+ {deleted.requests - deleted.pages - 1} GET of the unseen issue; " + deleted.note(),
         )
 
     result.info["setup"] = (

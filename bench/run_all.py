@@ -22,11 +22,10 @@ HERE = Path(__file__).resolve().parent
 BENCHES: dict[str, tuple[list[str], list[str]]] = {
     # name: (default arguments, --quick arguments)
     "intake": ([], ["--tasks", "1000", "--pairs", "2"]),
-    "poll": ([], ["--tasks", "1000"]),
+    "poll": ([], ["--tasks", "1000", "--batches", "4", "--batch-tasks", "50"]),
     "history": ([], ["--batches", "40"]),
     "latency": ([], ["--drops", "5"]),
     "isolation": ([], ["--drops", "8"]),
-    "farm": ([], ["--batches", "4", "--tasks", "50"]),
     "push": ([], ["--closes", "5", "--drops", "3"]),
     "listing": ([], ["--large", "200"]),
     "sftp": ([], ["--drops", "5"]),

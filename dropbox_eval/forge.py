@@ -195,6 +195,7 @@ class GiteaClient(ForgeTransport):
         state: str = "all",
         labels: str | None = None,
         since: datetime | None = None,
+        repair: bool = True,
     ) -> Iterator[ForgeIssue]:
         """Every issue (not PR) matching the filters, newest first, across all pages.
 
@@ -202,7 +203,7 @@ class GiteaClient(ForgeTransport):
         every named label are yielded. A list without `since` that comes back empty is
         retried once after duplicate labels (which make Gitea's filter match nothing) were
         merged; an incremental list is not (that would cost a request per idle poll): the
-        full poll's `count_issues` probe heals them."""
+        full poll's `count_issues` probe heals them (`repair` False: it just did)."""
         params: dict[str, Any] = {"state": state, "type": "issues"}
         names = _label_names(labels)
         if names:
@@ -216,7 +217,9 @@ class GiteaClient(ForgeTransport):
                     if names.issubset(issue.labels):
                         found = True
                         yield issue
-            if found or attempt == 2 or since is not None or not self._repair_labels(repo, names):
+            if found or attempt == 2 or since is not None or not repair:
+                return
+            if not self._repair_labels(repo, names):
                 return
 
     def search_issues(

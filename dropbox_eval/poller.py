@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .config import Settings
@@ -42,6 +43,19 @@ Owner = tuple[BatchRecord, TaskRecord]
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 
 
+_NOT_LISTED = datetime.min.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """How one repo visit lists its issues (see `Poller.poll_batches`)."""
+
+    full: bool
+    probe: bool
+    open_count: int | None
+    listed: Listed | None
+
+
 class Poller(UsesForge):
     """Stores the results of issues the lane closed and moves each batch's progress."""
 
@@ -69,16 +83,20 @@ class Poller(UsesForge):
         full: bool = False,
         probe: bool = True,
         listed: Listed | None = None,
+        open_count: int | None = None,
     ) -> dict[str, list[str]]:
         """Poll running batches that share one repo with a single paged listing.
 
         A normal poll asks only for issues closed since the oldest last poll (with an
         overlap for clock skew), so its requests depend on what changed, not on how many
-        tasks are open; `full` lists every issue and checks the ones it cannot see one by
-        one, so a deleted issue finishes its task as `missing` (with `probe`, only when the
-        forge counts fewer open issues than the store expects). `listed`: the repo's issues
-        changed since its batches were polled, found by a cross-repo search, with the forge
-        time of that search; then no listing is sent. Returns finished task ids.
+        tasks are open. `full` reconciles against the forge's open-issue count (`open_count`
+        when the caller already has it, else one count request with `probe`): a count that
+        agrees with the store needs no listing this time; one that is short is explained by
+        the incremental listing, and when it is not, every issue is listed and the ones it
+        cannot see are checked one by one, so a deleted issue finishes its task as
+        `missing`. `full` without `probe` lists everything at once. `listed`: the repo's
+        issues changed since its batches were polled, found by a cross-repo search, with
+        the forge time of that search; then no listing is sent. Returns finished task ids.
         """
         batches = [
             b for b in map(self.store.get_batch, batch_ids) if b.status == BatchStatus.RUNNING
@@ -96,10 +114,11 @@ class Poller(UsesForge):
         changes: dict[str, dict[str, dict[str, Any]]] = {b.batch_id: {} for b in batches}
         unread: set[str] = set()  # batches with a result that could not be read this time
         if open_tasks:
-            started = (
-                self._list_closed(batches, open_tasks, full, probe, changes, unread, listed)
-                or started
-            )
+            listing = _Listing(full, probe, open_count, listed)
+            listed_at = self._list_closed(batches, open_tasks, listing, changes, unread)
+            if listed_at is _NOT_LISTED:  # the count agreed: the next poll covers this one
+                unread.update(b.batch_id for b in batches)
+            started = listed_at or started
         for batch in batches:
             changed = changes[batch.batch_id]
             self.store.update_tasks(batch.batch_id, changed)
@@ -116,13 +135,13 @@ class Poller(UsesForge):
         self,
         batches: list[BatchRecord],
         open_tasks: dict[int, Owner],
-        full: bool,
-        probe: bool,
+        listing: _Listing,
         changes: dict[str, dict[str, dict[str, Any]]],
         unread: set[str],
-        listed: Listed | None,
     ) -> datetime | None:
+        """The listing's forge time; `_NOT_LISTED` when a count showed nothing to list."""
         repo = batches[0].repo
+        listed, full = listing.listed, listing.full
         if listed is not None and not full:  # a search found what changed: no listing
             self.gitea.listed_at = listed[1]
             for (batch, task), change in self._collect_closed(
@@ -130,18 +149,34 @@ class Poller(UsesForge):
             ):
                 changes[batch.batch_id][task.task_id] = change
             return listed[1]
-        label = self.settings.task_label
-        unsettled = sum(1 for _, task in open_tasks.values() if task.settling is None)
-        if full and probe:  # a listing of everything only when issues went missing
-            full = self.gitea.count_issues(repo, state="open", labels=label) < unsettled
         polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
-        since = None
-        if not full and len(polled) == len(batches):
-            since = min(polled) - SINCE_OVERLAP
+        since = min(polled) - SINCE_OVERLAP if len(polled) == len(batches) else None
+        unsettled = sum(1 for _, task in open_tasks.values() if task.settling is None)
+        count = listing.open_count
+        repair = True  # an empty listing without `since` may mean duplicate labels
         self.gitea.listed_at = None
-        for (batch, task), change in self._collect_closed(repo, open_tasks, since, full, unread):
+        if full and listing.probe:
+            if count is None:  # counting by label merges duplicate labels first
+                count = self.gitea.count_issues(repo, state="open", labels=self.settings.task_label)
+                repair = False
+            if since is not None and count >= unsettled == len(open_tasks):
+                return _NOT_LISTED  # nothing closed or vanished, nothing settling
+        listed_at = None
+        if not full or listing.probe:
+            closed: set[int] = set()
+            for (batch, task), change in self._collect_closed(
+                repo, open_tasks, since, False, unread, closed=closed, repair=repair
+            ):
+                changes[batch.batch_id][task.task_id] = change
+            listed_at = self.gitea.listed_at
+            unsettled -= sum(1 for n in closed if open_tasks[n][1].settling is None)
+            if count is None or count >= unsettled:
+                return listed_at
+            open_tasks = {n: owner for n, owner in open_tasks.items() if n not in closed}
+        # an issue vanished: list every issue, check the ones the listing cannot see
+        for (batch, task), change in self._collect_closed(repo, open_tasks, None, True, unread):
             changes[batch.batch_id][task.task_id] = change
-        return self.gitea.listed_at
+        return self.gitea.listed_at or listed_at
 
     def _collect_closed(
         self,
@@ -151,7 +186,12 @@ class Poller(UsesForge):
         full: bool,
         unread: set[str],
         listed: list[ForgeIssue] | None = None,
+        *,
+        closed: set[int] | None = None,
+        repair: bool = True,
     ) -> Iterator[tuple[Owner, dict[str, Any]]]:
+        """Changes of the open tasks from a listing; `closed` collects the open tasks'
+        issue numbers it showed closed."""
         seen: set[int] = set()
         settling = any(task.settling is not None for _, task in open_tasks.values())
         state = "all" if full or settling else "closed"  # while settling, reopens count
@@ -159,7 +199,7 @@ class Poller(UsesForge):
             listed
             if listed is not None
             else self.gitea.iter_issues(
-                repo, state=state, labels=self.settings.task_label, since=since
+                repo, state=state, labels=self.settings.task_label, since=since, repair=repair
             )
         )
         for issue in issues:
@@ -167,6 +207,8 @@ class Poller(UsesForge):
             owner = open_tasks.get(issue.number)
             if owner is None:
                 continue
+            if closed is not None and issue.state == "closed":
+                closed.add(issue.number)
             try:
                 change = self.observe(repo, owner[1], issue)
             except ForgeError as exc:

@@ -6,9 +6,10 @@ previous search) names the issues that changed in any of them; only those repos 
 visited, and the search's issues stand in for their listings. A repo is visited without
 a search result when one of its batches has work of its own: a new batch, an intake to
 finish, a cancel, a deadline, a retry, results still settling. Every `full_poll_every`th
-cycle one more request (`/repos/search`, each repo's open-issue count) finds repos whose
-count is lower than the store expects after the search: an issue vanished, and that repo
-is listed in full.
+cycle asks each repo's open-issue count instead (`/repos/search`, one request per 50 repos)
+and visits only the repos whose count is lower than the store expects: a closure the search
+missed (one incremental listing) or a deleted issue (that repo listed in full). The next
+search's window starts where the previous search's ended, so skipping it loses nothing.
 
 Gitea answers the search from its issue indexer, updated through a queue; `since`
 overlaps the previous search by `SEARCH_OVERLAP` (10 s: the queue normally drains within a
@@ -39,6 +40,7 @@ class Visit:
     listed: Listed | None = None
     full: bool = False
     probe: bool = True  # a full visit first asks the repo's count (unless already known)
+    open_count: int | None = None  # the repo's open issues, when the scout counted them
 
 
 @dataclass
@@ -61,26 +63,38 @@ class ChangeScout:
             return {repo: Visit(full=full) for repo in batches}
         gitea = self.app.settings.forge_client(self.app.gitea)
         owner = self.app.settings.require_owner()
+        if full:
+            return self._reconcile(batches, gitea.open_counts(owner))
         label = self.app.settings.task_label
         gitea.listed_at = None
         found: dict[str, list[ForgeIssue]] = {}
         for issue in gitea.search_issues(owner, state="all", labels=label, since=since):
             found.setdefault(issue.repo.casefold(), []).append(issue)
         searched_at = gitea.listed_at or utcnow() - LOCAL_CLOCK_MARGIN
-        counts = gitea.open_counts(owner) if full else {}
         plan: dict[str, Visit] = {}
         known: dict[str, datetime] = {}
         for repo, repo_batches in batches.items():
             issues = found.get(repo.casefold(), [])
-            covered = self._covered(repo, repo_batches, since)
-            if full and counts.get(repo.casefold(), 0) < self._expected(repo_batches, issues):
-                plan[repo] = Visit(full=True, probe=False)
-            elif not covered:  # changes before the search's window: list the repo
+            if not self._covered(
+                repo, repo_batches, since
+            ):  # changes before the search's window: list the repo
                 plan[repo] = Visit()
             elif issues or any(_own_work(b) for b in repo_batches):
                 plan[repo] = Visit((issues, searched_at))
             known[repo] = searched_at
         self.searched_at, self.known = searched_at, known
+        return plan
+
+    def _reconcile(
+        self, batches: dict[str, list[BatchRecord]], counts: dict[str, int]
+    ) -> dict[str, Visit]:
+        """The full cycle's visits: repos counting fewer open issues than the store holds
+        open (the poller explains the difference), and repos with work of their own."""
+        plan: dict[str, Visit] = {}
+        for repo, repo_batches in batches.items():
+            count = counts.get(repo.casefold(), 0)
+            if count < self._expected(repo_batches, []) or any(map(_own_work, repo_batches)):
+                plan[repo] = Visit(full=True, open_count=count)
         return plan
 
     def _covered(self, repo: str, batches: list[BatchRecord], since: datetime | None) -> bool:

@@ -234,7 +234,11 @@ class ForgeWorker:
             return
         try:
             self.app.poller.poll_batches(
-                to_poll, full=visit.full, probe=visit.probe, listed=visit.listed
+                to_poll,
+                full=visit.full,
+                probe=visit.probe,
+                listed=visit.listed,
+                open_count=visit.open_count,
             )
         except ForgeError as exc:
             for batch_id in to_poll:  # the listing is shared: each batch counts the visit

@@ -53,9 +53,9 @@ def test_full_cycle_probes_first_and_lists_only_when_issues_vanished(
     service.poll_cycle()  # cycle 1: full
     service.poll_cycle()  # cycle 2: incremental
     forge.clear_requests()
-    service.poll_cycle()  # cycle 3: full, nothing vanished
+    service.poll_cycle()  # cycle 3: full, nothing vanished: the count alone
     idle_full = [r.query for r in forge.requests]
-    assert len(idle_full) == 2 and "limit=1" in idle_full[0]
+    assert len(idle_full) == 1 and "limit=1" in idle_full[0]
     gone = app.store.get_tasks(batch_id)[5]
     forge.delete_issue(*repo.split("/"), gone.issue_number or 0)
     service.poll_cycle()  # cycle 4: incremental, cannot see a deletion

@@ -52,12 +52,37 @@ def test_an_idle_cycle_is_one_search_and_closures_cost_no_listing(
     assert app.store.get_tasks(ids[1])[0].status == TaskStatus.PASSED
     assert app.store.get_tasks(ids[4])[2].status == TaskStatus.FAILED
     forge.clear_requests()
-    service.poll_cycle()  # cycle 4 (full): nothing vanished: the search and the counts
+    service.poll_cycle()  # cycle 4 (full): nothing vanished: the counts alone
     once = "GET /users/eval"  # the owner's id, looked up once per process
-    assert [c for c in _calls(forge) if c != once] == [
-        "GET /repos/issues/search",
-        "GET /repos/search",
-    ]
+    assert [c for c in _calls(forge) if c != once] == ["GET /repos/search"]
+    _close(app, forge, ids[2], 1, "eval-pass")
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 5: the search window starts where cycle 3's ended
+    assert _calls(forge)[0] == "GET /repos/issues/search"
+    assert app.store.get_tasks(ids[2])[1].status == TaskStatus.PASSED
+
+
+def test_closures_the_search_missed_cost_the_full_cycle_one_listing_per_repo(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app, service, ids = _start(settings, forge, 5)
+    forge.state.indexer_lag = 3600  # the search never sees these closures
+    _close(app, forge, ids[1], 0, "eval-pass")
+    _close(app, forge, ids[3], 2, "eval-fail")
+    service.poll_cycle()  # cycles 2 and 3: the search shows nothing
+    service.poll_cycle()
+    assert app.store.get_tasks(ids[1])[0].status == TaskStatus.OPEN
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 4 (full): two repos count one open issue fewer
+    calls = [c for c in _calls(forge) if c != "GET /users/eval"]
+    assert calls[0] == "GET /repos/search"
+    repos = {app.store.get_batch(ids[n]).repo for n in (1, 3)}
+    assert sorted(c for c in calls[1:] if c.endswith("/issues")) == sorted(
+        f"GET /repos/{repo}/issues" for repo in repos
+    )  # one incremental listing per repo whose count changed, no full listing
+    assert len(calls) == 1 + 2 + 2  # counts, two listings, two timelines
+    assert app.store.get_tasks(ids[1])[0].status == TaskStatus.PASSED
+    assert app.store.get_tasks(ids[3])[2].status == TaskStatus.FAILED
 
 
 def test_a_deleted_issue_is_found_by_the_full_cycle_s_counts(
