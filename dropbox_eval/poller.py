@@ -29,6 +29,7 @@ from .models import (
     TaskStatus,
     utcnow,
 )
+from .opentasks import OpenTasks, Owner
 from .report import Reading, VerdictRules, read_result
 from .settle import Settler
 from .store import Store
@@ -39,7 +40,6 @@ log = logging.getLogger("dropbox_eval")
 # second covers its whole-second precision; our clock is used only without a Date header.
 SINCE_OVERLAP = timedelta(seconds=1)
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
-Owner = tuple[BatchRecord, TaskRecord]
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 
 
@@ -66,6 +66,7 @@ class Poller(UsesForge):
         self._gitea = gitea
         self.settings = settings
         self.settler = settler
+        self._checked: set[str] = set()  # batches whose counters agreed with their tasks
         self.rules = VerdictRules(
             labels={name: TaskStatus(s) for name, s in settings.label_results.items()},
             merged=TaskStatus(settings.merged_status),
@@ -103,17 +104,13 @@ class Poller(UsesForge):
         ]
         if not batches:
             return {}
-        tasks = {b.batch_id: self.store.get_tasks(b.batch_id) for b in batches}
-        open_tasks = {
-            t.issue_number: (b, t)
-            for b in batches
-            for t in tasks[b.batch_id]
-            if t.status == TaskStatus.OPEN and t.issue_number is not None
-        }
+        open_tasks = OpenTasks(self.store, batches, self._checked)
+        if full and not probe:
+            open_tasks.load_all()
         started = utcnow() - LOCAL_CLOCK_MARGIN
         changes: dict[str, dict[str, dict[str, Any]]] = {b.batch_id: {} for b in batches}
         unread: set[str] = set()  # batches with a result that could not be read this time
-        if open_tasks:
+        if open_tasks.open():
             listing = _Listing(full, probe, open_count, listed)
             listed_at = self._list_closed(batches, open_tasks, listing, changes, unread)
             if listed_at is _NOT_LISTED:  # the count agreed: the next poll covers this one
@@ -121,11 +118,16 @@ class Poller(UsesForge):
             started = listed_at or started
         for batch in batches:
             changed = changes[batch.batch_id]
+            polled_at = batch.last_polled_at if batch.batch_id in unread else started
+            tasks = open_tasks.tasks.get(batch.batch_id)
+            if tasks is None:  # no listed issue was its: its counters stand
+                self.store.update_batch(batch.batch_id, last_polled_at=polled_at)
+                continue
             self.store.update_tasks(batch.batch_id, changed)
             for task_id, change in changed.items():
                 _log_change(batch.batch_id, task_id, change)
-            polled_at = batch.last_polled_at if batch.batch_id in unread else started
-            self.refresh_progress(batch, _applied(tasks[batch.batch_id], changed), polled_at)
+            self.refresh_progress(batch, _applied(tasks, changed), polled_at)
+            self._checked.add(batch.batch_id)
         return {
             batch_id: [task_id for task_id, change in changed.items() if "status" in change]
             for batch_id, changed in changes.items()
@@ -134,7 +136,7 @@ class Poller(UsesForge):
     def _list_closed(
         self,
         batches: list[BatchRecord],
-        open_tasks: dict[int, Owner],
+        open_tasks: OpenTasks,
         listing: _Listing,
         changes: dict[str, dict[str, dict[str, Any]]],
         unread: set[str],
@@ -151,7 +153,7 @@ class Poller(UsesForge):
             return listed[1]
         polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
         since = min(polled) - SINCE_OVERLAP if len(polled) == len(batches) else None
-        unsettled = sum(1 for _, task in open_tasks.values() if task.settling is None)
+        unsettled = open_tasks.unsettled()
         count = listing.open_count
         repair = True  # an empty listing without `since` may mean duplicate labels
         self.gitea.listed_at = None
@@ -159,42 +161,44 @@ class Poller(UsesForge):
             if count is None:  # counting by label merges duplicate labels first
                 count = self.gitea.count_issues(repo, state="open", labels=self.settings.task_label)
                 repair = False
-            if since is not None and count >= unsettled == len(open_tasks):
+            if since is not None and count >= unsettled == open_tasks.open():
                 return _NOT_LISTED  # nothing closed or vanished, nothing settling
         listed_at = None
+        closed: set[int] = set()
         if not full or listing.probe:
-            closed: set[int] = set()
             for (batch, task), change in self._collect_closed(
                 repo, open_tasks, since, False, unread, closed=closed, repair=repair
             ):
                 changes[batch.batch_id][task.task_id] = change
             listed_at = self.gitea.listed_at
-            unsettled -= sum(1 for n in closed if open_tasks[n][1].settling is None)
+            unsettled -= sum(1 for n in closed if _unsettled(open_tasks.get(n)))
             if count is None or count >= unsettled:
                 return listed_at
-            open_tasks = {n: owner for n, owner in open_tasks.items() if n not in closed}
         # an issue vanished: list every issue, check the ones the listing cannot see
-        for (batch, task), change in self._collect_closed(repo, open_tasks, None, True, unread):
+        open_tasks.load_all()
+        for (batch, task), change in self._collect_closed(
+            repo, open_tasks, None, True, unread, skip=closed
+        ):
             changes[batch.batch_id][task.task_id] = change
         return self.gitea.listed_at or listed_at
 
     def _collect_closed(
         self,
         repo: str,
-        open_tasks: dict[int, Owner],
+        open_tasks: OpenTasks,
         since: datetime | None,
         full: bool,
         unread: set[str],
         listed: list[ForgeIssue] | None = None,
         *,
         closed: set[int] | None = None,
+        skip: set[int] | None = None,
         repair: bool = True,
     ) -> Iterator[tuple[Owner, dict[str, Any]]]:
         """Changes of the open tasks from a listing; `closed` collects the open tasks'
-        issue numbers it showed closed."""
-        seen: set[int] = set()
-        settling = any(task.settling is not None for _, task in open_tasks.values())
-        state = "all" if full or settling else "closed"  # while settling, reopens count
+        issue numbers it showed closed; `skip`: issues an earlier listing already read."""
+        seen: set[int] = set(skip or ())
+        state = "all" if full or open_tasks.settling() else "closed"  # reopens count too
         issues: Iterable[ForgeIssue] = (
             listed
             if listed is not None
@@ -203,8 +207,10 @@ class Poller(UsesForge):
             )
         )
         for issue in issues:
+            if issue.number in seen:
+                continue
             seen.add(issue.number)
-            owner = open_tasks.get(issue.number)
+            owner = open_tasks.owner(issue)
             if owner is None:
                 continue
             if closed is not None and issue.state == "closed":
@@ -222,7 +228,7 @@ class Poller(UsesForge):
                 continue
             if change is not None:
                 yield owner, change
-        for number, owner in open_tasks.items():
+        for number, owner in open_tasks.read():
             if number in seen:
                 continue
             if full:
@@ -354,6 +360,10 @@ def _log_change(batch_id: str, task_id: str, change: dict[str, Any]) -> None:
 def ended(status: TaskStatus, why: str) -> dict[str, Any]:
     """The change that finishes a task without the lane's verdict."""
     return {"status": status, "result": TaskResult(summary=why), "finished_at": utcnow()}
+
+
+def _unsettled(owner: Owner | None) -> bool:
+    return owner is not None and owner[1].settling is None
 
 
 def _applied(tasks: list[TaskRecord], changes: dict[str, dict[str, Any]]) -> list[TaskRecord]:

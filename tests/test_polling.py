@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from conftest import tasks
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
+from dropbox_eval.models import TaskRecord, TaskStatus
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 
@@ -89,3 +90,47 @@ def test_an_unreadable_result_does_not_block_the_others(
     forge.state.faults.clear()
     service.poll_cycle()  # the first batch kept its old `since`: the closure is listed again
     assert app.store.get_tasks(first)[0].status == "passed"
+
+
+def _task_reads(app: App) -> list[str]:
+    """Records which batches' tasks the store is asked for (the real store still answers)."""
+    reads: list[str] = []
+    real = app.store.get_tasks
+
+    def recording(batch_id: str) -> list[TaskRecord]:
+        reads.append(batch_id)
+        return real(batch_id)
+
+    app.store.get_tasks = recording  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_shared_repo_poll_reads_only_the_batches_its_listing_names(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app = build_app(settings.model_copy(update={"repo": f"{forge.user}/lazy"}))
+    app.billing.add_client("acme", 100)
+    ids = [
+        app.intake.submit_batch("acme", tasks(4), batch_ref=f"r{i}")["batch_id"] for i in range(3)
+    ]
+    service = Service(app)
+    service.poll_cycle()  # the first visit of each batch in a process reads its tasks
+    reads = _task_reads(app)
+    service.poll_cycle()
+    assert reads == []  # nothing listed: no batch's tasks are read
+    closed = app.store.get_tasks(ids[1])[2]
+    forge.finish_issue(
+        forge.user, "lazy", closed.issue_number or 0, comment="ok", labels=["eval-pass"]
+    )
+    reads.clear()
+    service.poll_cycle()
+    assert reads == [ids[1]]  # the issue's marker names its batch
+    assert app.store.get_tasks(ids[1])[2].status == TaskStatus.PASSED
+    edited = app.store.get_tasks(ids[2])[0]
+    number = edited.issue_number or 0
+    forge.state.edit_issue(forge.user, "lazy", number, body="the lane rewrote the body")
+    forge.finish_issue(forge.user, "lazy", number, comment="no", labels=["eval-fail"])
+    reads.clear()
+    service.poll_cycle()
+    assert sorted(reads) == sorted(ids)  # without its marker, every batch is read once
+    assert app.store.get_tasks(ids[2])[0].status == TaskStatus.FAILED

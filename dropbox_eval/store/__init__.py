@@ -62,14 +62,15 @@ class Store(ClientStore):
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""
-        path = self._batch_file(batch_id) if is_valid_id(batch_id) else None
-        if path is None or not path.exists():
-            raise NotFoundError(f"no batch {batch_id!r}")
-        with self._open(path) as db:
-            row = db.table("batch").get(doc_id=1)
-        if row is None:
-            raise StoreError(f"{path} has no batch row")
-        return BatchRecord.model_validate(row)
+        for _ in range(2):  # the batch may move to the archive between finding and reading
+            path = self._batch_file(batch_id) if is_valid_id(batch_id) else None
+            if path is None or not path.exists():
+                raise NotFoundError(f"no batch {batch_id!r}")
+            with self._open(path) as db:
+                row = db.table("batch").get(doc_id=1)
+            if row is not None:
+                return BatchRecord.model_validate(row)
+        raise StoreError(f"{path} has no batch row")
 
     def get_tasks(self, batch_id: str) -> list[TaskRecord]:
         """Every task of the batch in file order; tasks whose files did not change since
