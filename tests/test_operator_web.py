@@ -22,9 +22,11 @@ from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 from dropbox_eval.web.metrics import route_template
 from dropbox_eval.web.server import create_web
+from dropbox_eval.web.session import SESSION_SECONDS, OperatorSessions
 from dropbox_eval.webserver import BackgroundServer
 
 KEY = "operator-secret-key"
+COOKIE = "dropbox_eval_operator"
 
 
 @pytest.fixture
@@ -34,6 +36,34 @@ def web(app: App) -> Iterator[str]:
     server = BackgroundServer(create_web(app, lambda: True))
     yield server.start()
     server.stop()
+
+
+@pytest.fixture
+def operator(app: App) -> Iterator[tuple[str, OperatorSessions]]:
+    """Like `web`, plus the page's session table (to move its clock)."""
+    app.settings.operator_key = KEY
+    api = create_web(app, lambda: True)
+    server = BackgroundServer(api)
+    yield server.start(), api.state.operator_sessions
+    server.stop()
+
+
+def _sign_in(url: str, **headers: str) -> tuple[requests.Session, requests.Response]:
+    session = requests.Session()
+    answer = session.post(f"{url}/operator/login", data={"key": KEY}, headers=headers, timeout=5)
+    assert answer.status_code == 200 and "Service health" in answer.text
+    return session, answer
+
+
+def _page_with(url: str, token: str) -> requests.Response:
+    """The page as a browser holding only a copy of the cookie `token` sees it."""
+    return requests.get(f"{url}/operator", cookies={COOKIE: token}, timeout=5)
+
+
+def _csrf(page: requests.Response) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, "the page's forms carry no CSRF token"
+    return found.group(1)
 
 
 def _drop(app: App, client: str, name: str, body: str) -> Path:
@@ -232,3 +262,88 @@ def test_the_access_log_never_shows_the_operator_key() -> None:
     )
     assert RedactKey().filter(record)
     assert KEY not in record.getMessage() and "key=***" in record.getMessage()
+
+
+def test_the_login_cookie_is_a_session_token_not_the_key(
+    operator: tuple[str, OperatorSessions],
+) -> None:
+    url, _ = operator
+    session, answer = _sign_in(url)
+    login = answer.history[0]
+    set_cookie = login.headers["set-cookie"]
+    token = login.cookies[COOKIE]
+    assert KEY not in set_cookie and KEY not in token and len(token) >= 32
+    for attribute in (
+        "HttpOnly",
+        "SameSite=strict",
+        "Path=/operator",
+        f"Max-Age={SESSION_SECONDS}",
+    ):
+        assert attribute.lower() in set_cookie.lower()
+    assert "secure" not in set_cookie.lower()  # plain http: a Secure cookie would not come back
+    assert _page_with(url, token).status_code == 200
+    via_query = requests.get(f"{url}/operator", params={"key": KEY}, allow_redirects=False)
+    assert KEY not in via_query.headers["set-cookie"]
+    assert via_query.cookies[COOKIE] != token  # every login is its own session
+    assert _page_with(url, KEY).status_code == 401  # a cookie holding the key is no session
+    assert _page_with(url, token[:-1] + ("A" if token[-1] != "A" else "B")).status_code == 401
+    assert session.get(f"{url}/operator", timeout=5).status_code == 200
+
+
+def test_the_cookie_is_secure_when_the_request_came_over_https(
+    operator: tuple[str, OperatorSessions],
+) -> None:
+    url, _ = operator  # a TLS-terminating proxy on this host says so (uvicorn trusts loopback)
+    answer = requests.post(
+        f"{url}/operator/login",
+        data={"key": KEY},
+        headers={"X-Forwarded-Proto": "https"},
+        allow_redirects=False,
+        timeout=5,
+    )
+    assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
+
+
+def test_a_session_ends_on_expiry_and_on_a_new_key(
+    app: App, operator: tuple[str, OperatorSessions]
+) -> None:
+    url, sessions = operator
+    _, answer = _sign_in(url)
+    token = answer.history[0].cookies[COOKIE]
+    now = sessions.clock()
+    sessions.clock = lambda: now + SESSION_SECONDS - 60
+    assert _page_with(url, token).status_code == 200
+    sessions.clock = lambda: now + SESSION_SECONDS + 1
+    assert _page_with(url, token).status_code == 401
+    assert len(sessions) == 0
+
+    sessions.clock = lambda: now
+    _, answer = _sign_in(url)
+    token = answer.history[0].cookies[COOKIE]
+    app.settings.operator_key = "a-rotated-key"
+    assert _page_with(url, token).status_code == 401
+    app.settings.operator_key = KEY  # the old key back does not revive the session
+    assert _page_with(url, token).status_code == 401
+
+
+def test_sign_out_ends_the_session_and_forms_need_its_csrf_token(
+    funded: str, operator: tuple[str, OperatorSessions]
+) -> None:
+    url, _ = operator
+    session, answer = _sign_in(url)
+    token = answer.history[0].cookies[COOKIE]
+    csrf = _csrf(answer)
+    assert csrf != token and KEY not in csrf
+    no_token = session.post(f"{url}/operator/batches/x/deliver", timeout=5)
+    assert no_token.status_code == 401
+    wrong = session.post(f"{url}/operator/logout", data={"csrf": csrf[::-1]}, timeout=5)
+    assert wrong.status_code == 401
+    assert _page_with(url, token).status_code == 200  # a refused sign-out ends nothing
+    redeliver = session.post(f"{url}/operator/batches/x/deliver", data={"csrf": csrf}, timeout=5)
+    assert redeliver.status_code == 200 and "x: not delivered" in redeliver.text
+
+    out = session.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=5)
+    assert out.status_code == 200 and "signed out" in out.text
+    assert "Max-Age=0" in out.headers["set-cookie"] or "expires" in out.headers["set-cookie"]
+    assert _page_with(url, token).status_code == 401  # a copy of the cookie is dead too
+    assert funded not in session.get(f"{url}/operator", timeout=5).text
