@@ -394,14 +394,20 @@ def _store_figures(app: App) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 
 
 def _scrape_without_history(app: App) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Scrape a freshly started web app over `app`'s state; fail if it read the archive."""
+    """Scrape a freshly started web app over `app`'s state, and view its page; fail if
+    either read the archive."""
+    app.settings.operator_key = KEY
     restarted = build_app(app.settings)  # a new process's view: no caches
     server = BackgroundServer(create_web(restarted, lambda: True))
     url = server.start()
     try:
+        session, _ = _sign_in(url)
         samples, opened = _opened_during(lambda: _samples(url))
+        page, page_opened = _opened_during(lambda: session.get(f"{url}/operator", timeout=5))
     finally:
         server.stop()
+    assert page.status_code == 200 and "Service health" in page.text
+    opened += page_opened
     assert any(path.endswith("index.json") for path in opened)  # the hook does see reads
     archive = str(app.settings.state_path / "archive")
     assert [path for path in opened if path.startswith(archive)] == []

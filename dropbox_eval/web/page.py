@@ -18,10 +18,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..errors import DropboxEvalError
-from ..models import BatchStatus, utcnow
+from ..errors import DropboxEvalError, NotFoundError
+from ..models import BatchStatus, Client, utcnow
 from ..rejections import RejectionLog
 from ..service import read_status
+from ..store.totals import charged_by
 from .health import Health, service_running
 from .session import OperatorSessions, Session, key_matches
 
@@ -117,14 +118,22 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _view(app: App, health: Health, rejections: RejectionLog) -> dict[str, Any]:
-    """Everything the page shows, read from the state."""
+    """Everything the page shows: the live batches, the newest failed or expired archived
+    ones and the clients, from one read of the index (never the archived history)."""
     now = utcnow()
+    snapshot = app.store.snapshot()
+    rows = {str(r["batch_id"]): r for r in snapshot.archived.recent_bad}
+    rows |= {str(r["batch_id"]): r for r in snapshot.live}
     in_flight, ended_badly, undelivered = [], [], []
-    for row in app.store.list_batches():
+    for batch_id in sorted(rows):
+        row = rows[batch_id]
         bad = row["status"] in (BatchStatus.FAILED, BatchStatus.EXPIRED)
         if row.get("emitted_at") and not bad:
             continue  # delivered and fine: nothing to act on
-        batch = app.store.get_batch(str(row["batch_id"]))
+        try:
+            batch = app.store.get_batch(batch_id)
+        except NotFoundError:
+            continue
         item = batch.model_dump(mode="json") | {
             "age": _age(now, batch.created_at),
             "percent": round(100 * batch.done / batch.total) if batch.total else 100,
@@ -136,10 +145,14 @@ def _view(app: App, health: Health, rejections: RejectionLog) -> dict[str, Any]:
             ended_badly.append(item)
         if batch.emitted_at is None:
             undelivered.append(item)
-    clients = []
-    for client in app.store.list_clients():
-        charged = sum(-e.amount for e in app.store.ledger(client.client_id) if e.kind == "charge")
-        clients.append(client.model_dump(mode="json") | {"charged": charged})
+    charged = snapshot.archived.charged
+    for client_id, amount in charged_by(snapshot.ledger).items():
+        charged[client_id] = charged.get(client_id, 0) + amount
+    clients = [
+        Client.model_validate(row).model_dump(mode="json")
+        | {"charged": charged.get(str(row["client_id"]), 0)}
+        for row in sorted(snapshot.clients, key=lambda r: str(r["client_id"]))
+    ]
     return {
         "in_flight": in_flight,
         "ended_badly": ended_badly[-20:],
