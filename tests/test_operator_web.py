@@ -442,7 +442,8 @@ def test_a_state_from_before_the_running_totals_is_summed_once(
     Service(app).run(once=True)
     index_path = app.settings.state_path / "index.json"
     index = json.loads(index_path.read_text())
-    del index["counts"]["1"]["totals"]  # as a version without them left it
+    del index["counts"]["1"]["totals"]  # as a version without them left it ...
+    index["counts"]["1"]["all"] = {"emitted": 5}  # ... with status counts gone wrong
     write_atomically(index_path, json.dumps(index))
     expected = _store_figures(app)
 
@@ -455,6 +456,7 @@ def test_a_state_from_before_the_running_totals_is_summed_once(
         server.stop()
     assert {name: first[name] for name in expected} == expected
     assert expected[("dropbox_eval_tasks", (("status", "passed"),))] == 4
+    assert app.store.count_batches() == {"emitted": 2}  # summed again from the archive
     again = _scrape_without_history(app)
     assert {name: again[name] for name in expected} == expected
 

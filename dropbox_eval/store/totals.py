@@ -105,7 +105,8 @@ def backfill(
     appending and archiving) are skipped: they are counted as live, and again when
     archived."""
     totals: Row = {"version": VERSION}
-    counts_doc.clear()  # the per-status counts are summed again too, from the same rows
+    for scope in [k for k in counts_doc if k == "all" or k.startswith("client:")]:
+        del counts_doc[scope]  # summed again too, from the same rows
     counts_doc["totals"] = totals
     for row in archived:
         if row["batch_id"] in live_ids:
