@@ -28,6 +28,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "isolation": ([], ["--drops", "8"]),
     "push": ([], ["--closes", "5", "--drops", "3"]),
     "listing": ([], ["--large", "200"]),
+    "metrics": ([], ["--large", "200"]),
     "sftp": ([], ["--drops", "5"]),
     "rss": ([], ["--batches", "2", "--tasks", "2000"]),
 }

@@ -8,23 +8,28 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import requests
 from conftest import tasks, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from dropbox_eval.app import App
+from dropbox_eval.app import App, build_app
 from dropbox_eval.fileio import write_atomically
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 from dropbox_eval.web.metrics import route_template
 from dropbox_eval.web.server import create_web
+from dropbox_eval.web.session import SESSION_SECONDS, OperatorSessions
 from dropbox_eval.webserver import BackgroundServer
 
 KEY = "operator-secret-key"
+COOKIE = "dropbox_eval_operator"
+T = TypeVar("T")
+_OPENED: list[str] | None = None  # files opened while a test watches (audit hook below)
 
 
 @pytest.fixture
@@ -34,6 +39,34 @@ def web(app: App) -> Iterator[str]:
     server = BackgroundServer(create_web(app, lambda: True))
     yield server.start()
     server.stop()
+
+
+@pytest.fixture
+def operator(app: App) -> Iterator[tuple[str, OperatorSessions]]:
+    """Like `web`, plus the page's session table (to move its clock)."""
+    app.settings.operator_key = KEY
+    api = create_web(app, lambda: True)
+    server = BackgroundServer(api)
+    yield server.start(), api.state.operator_sessions
+    server.stop()
+
+
+def _sign_in(url: str, **headers: str) -> tuple[requests.Session, requests.Response]:
+    session = requests.Session()
+    answer = session.post(f"{url}/operator/login", data={"key": KEY}, headers=headers, timeout=5)
+    assert answer.status_code == 200 and "Service health" in answer.text
+    return session, answer
+
+
+def _page_with(url: str, token: str) -> requests.Response:
+    """The page as a browser holding only a copy of the cookie `token` sees it."""
+    return requests.get(f"{url}/operator", cookies={COOKIE: token}, timeout=5)
+
+
+def _csrf(page: requests.Response) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, "the page's forms carry no CSRF token"
+    return found.group(1)
 
 
 def _drop(app: App, client: str, name: str, body: str) -> Path:
@@ -232,3 +265,213 @@ def test_the_access_log_never_shows_the_operator_key() -> None:
     )
     assert RedactKey().filter(record)
     assert KEY not in record.getMessage() and "key=***" in record.getMessage()
+
+
+def test_the_login_cookie_is_a_session_token_not_the_key(
+    operator: tuple[str, OperatorSessions],
+) -> None:
+    url, _ = operator
+    session, answer = _sign_in(url)
+    login = answer.history[0]
+    set_cookie = login.headers["set-cookie"]
+    token = login.cookies[COOKIE]
+    assert KEY not in set_cookie and KEY not in token and len(token) >= 32
+    for attribute in (
+        "HttpOnly",
+        "SameSite=strict",
+        "Path=/operator",
+        f"Max-Age={SESSION_SECONDS}",
+    ):
+        assert attribute.lower() in set_cookie.lower()
+    assert "secure" not in set_cookie.lower()  # plain http: a Secure cookie would not come back
+    assert _page_with(url, token).status_code == 200
+    via_query = requests.get(f"{url}/operator", params={"key": KEY}, allow_redirects=False)
+    assert KEY not in via_query.headers["set-cookie"]
+    assert via_query.cookies[COOKIE] != token  # every login is its own session
+    assert _page_with(url, KEY).status_code == 401  # a cookie holding the key is no session
+    assert _page_with(url, token[:-1] + ("A" if token[-1] != "A" else "B")).status_code == 401
+    assert session.get(f"{url}/operator", timeout=5).status_code == 200
+
+
+def test_the_cookie_is_secure_when_the_request_came_over_https(
+    operator: tuple[str, OperatorSessions],
+) -> None:
+    url, _ = operator  # a TLS-terminating proxy on this host says so (uvicorn trusts loopback)
+    answer = requests.post(
+        f"{url}/operator/login",
+        data={"key": KEY},
+        headers={"X-Forwarded-Proto": "https"},
+        allow_redirects=False,
+        timeout=5,
+    )
+    assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
+
+
+def test_a_session_ends_on_expiry_and_on_a_new_key(
+    app: App, operator: tuple[str, OperatorSessions]
+) -> None:
+    url, sessions = operator
+    _, answer = _sign_in(url)
+    token = answer.history[0].cookies[COOKIE]
+    now = sessions.clock()
+    sessions.clock = lambda: now + SESSION_SECONDS - 60
+    assert _page_with(url, token).status_code == 200
+    sessions.clock = lambda: now + SESSION_SECONDS + 1
+    assert _page_with(url, token).status_code == 401
+    assert len(sessions) == 0
+
+    sessions.clock = lambda: now
+    _, answer = _sign_in(url)
+    token = answer.history[0].cookies[COOKIE]
+    app.settings.operator_key = "a-rotated-key"
+    assert _page_with(url, token).status_code == 401
+    app.settings.operator_key = KEY  # the old key back does not revive the session
+    assert _page_with(url, token).status_code == 401
+
+
+def test_sign_out_ends_the_session_and_forms_need_its_csrf_token(
+    funded: str, operator: tuple[str, OperatorSessions]
+) -> None:
+    url, _ = operator
+    session, answer = _sign_in(url)
+    token = answer.history[0].cookies[COOKIE]
+    csrf = _csrf(answer)
+    assert csrf != token and KEY not in csrf
+    no_token = session.post(f"{url}/operator/batches/x/deliver", timeout=5)
+    assert no_token.status_code == 401
+    wrong = session.post(f"{url}/operator/logout", data={"csrf": csrf[::-1]}, timeout=5)
+    assert wrong.status_code == 401
+    assert _page_with(url, token).status_code == 200  # a refused sign-out ends nothing
+    redeliver = session.post(f"{url}/operator/batches/x/deliver", data={"csrf": csrf}, timeout=5)
+    assert redeliver.status_code == 200 and "x: not delivered" in redeliver.text
+
+    out = session.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=5)
+    assert out.status_code == 200 and "signed out" in out.text
+    assert "Max-Age=0" in out.headers["set-cookie"] or "expires" in out.headers["set-cookie"]
+    assert _page_with(url, token).status_code == 401  # a copy of the cookie is dead too
+    assert funded not in session.get(f"{url}/operator", timeout=5).text
+
+
+def _watch_opens(event: str, args: tuple[Any, ...]) -> None:
+    """Audit hook: note the paths opened or listed (any thread) while `_OPENED` is set."""
+    watched = event in ("open", "os.scandir", "os.listdir")
+    if _OPENED is not None and watched and isinstance(args[0], str | bytes | os.PathLike):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_watch_opens)  # only looks; inert unless a test sets _OPENED
+
+
+def _opened_during(call: Callable[[], T]) -> tuple[T, list[str]]:
+    global _OPENED
+    _OPENED = []
+    try:
+        return call(), _OPENED
+    finally:
+        _OPENED = None
+
+
+def _store_figures(app: App) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """What /metrics must say, counted the slow way: every record, archived ones too."""
+    rows = app.store.list_batches()
+    every_task = [t for r in rows for t in app.store.get_tasks(r["batch_id"])]
+    figures: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for status in ("emitted", "running", "failed"):
+        count = sum(1 for r in rows if r["status"] == status)
+        figures[("dropbox_eval_batches", (("status", status),))] = count
+    for task_status in ("passed", "failed", "open"):
+        count = sum(1 for t in every_task if t.status == task_status)
+        figures[("dropbox_eval_tasks", (("status", task_status),))] = count
+    for client in app.store.list_clients():
+        charged = sum(-e.amount for e in app.store.ledger(client.client_id) if e.kind == "charge")
+        figures[("dropbox_eval_credits_charged_total", (("client", client.client_id),))] = charged
+        figures[("dropbox_eval_credits_held", (("client", client.client_id),))] = client.held
+    delivered = sum(1 for r in rows if r.get("emitted_at"))
+    figures[("dropbox_eval_reports", (("outcome", "delivered"),))] = delivered
+    api = sum(1 for r in rows if r.get("source") in (None, "api"))
+    figures[("dropbox_eval_batches_accepted_total", (("source", "api"),))] = api
+    return figures
+
+
+def _scrape_without_history(app: App) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Scrape a freshly started web app over `app`'s state, and view its page; fail if
+    either read the archive."""
+    app.settings.operator_key = KEY
+    restarted = build_app(app.settings)  # a new process's view: no caches
+    server = BackgroundServer(create_web(restarted, lambda: True))
+    url = server.start()
+    try:
+        session, _ = _sign_in(url)
+        samples, opened = _opened_during(lambda: _samples(url))
+        page, page_opened = _opened_during(lambda: session.get(f"{url}/operator", timeout=5))
+    finally:
+        server.stop()
+    assert page.status_code == 200 and "Service health" in page.text
+    opened += page_opened
+    assert any(path.endswith("index.json") for path in opened)  # the hook does see reads
+    archive = str(app.settings.state_path / "archive")
+    assert [path for path in opened if path.startswith(archive)] == []
+    return samples
+
+
+def test_a_scrape_reads_no_archived_history_and_matches_the_store_after_restarts(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    for n in range(3):
+        batch_id = app.intake.submit_batch(funded, tasks(2), batch_ref=f"b{n}")["batch_id"]
+        _finish_all(app, forge, batch_id, ["eval-pass", "eval-fail"])
+    Service(app).run(once=True)
+    app.intake.submit_batch(funded, tasks(1))
+    assert app.store.count_batches() == {"emitted": 3, "running": 1}
+    assert len(app.store.list_batches(live_only=True)) == 1  # three archived
+
+    expected = _store_figures(app)
+    assert expected[("dropbox_eval_tasks", (("status", "passed"),))] == 3
+    charged = ("dropbox_eval_credits_charged_total", (("client", funded),))
+    assert expected[charged] == 6 * app.settings.task_price > 0
+    samples = _scrape_without_history(app)
+    assert {name: samples[name] for name in expected} == expected
+
+
+def test_a_state_from_before_the_running_totals_is_summed_once(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    for n in range(2):
+        batch_id = app.intake.submit_batch(funded, tasks(2), batch_ref=f"b{n}")["batch_id"]
+        _finish_all(app, forge, batch_id, ["eval-pass", "eval-pass"])
+    Service(app).run(once=True)
+    index_path = app.settings.state_path / "index.json"
+    index = json.loads(index_path.read_text())
+    del index["counts"]["1"]["totals"]  # as a version without them left it ...
+    index["counts"]["1"]["all"] = {"emitted": 5}  # ... with status counts gone wrong
+    write_atomically(index_path, json.dumps(index))
+    expected = _store_figures(app)
+
+    restarted = build_app(app.settings)
+    server = BackgroundServer(create_web(restarted, lambda: True))
+    url = server.start()
+    try:
+        first = _samples(url)  # sums the archive once and keeps the totals
+    finally:
+        server.stop()
+    assert {name: first[name] for name in expected} == expected
+    assert expected[("dropbox_eval_tasks", (("status", "passed"),))] == 4
+    assert app.store.count_batches() == {"emitted": 2}  # summed again from the archive
+    again = _scrape_without_history(app)
+    assert {name: again[name] for name in expected} == expected
+
+
+def test_rejection_counts_survive_rotation_and_start_from_the_kept_lines(tmp_path: Path) -> None:
+    from dropbox_eval.rejections import RejectionLog
+
+    old = RejectionLog(tmp_path, max_bytes=200)
+    for n in range(2):
+        old.append({"reason": "invalid_json", "message": "x", "file": f"a{n}.json"})
+    old.counts_path.unlink()  # a folder from before the counts were kept
+    log = RejectionLog(tmp_path, max_bytes=200)
+    assert log.counts() == {"invalid_json": 2}  # counted from the kept lines, once
+    for n in range(8):
+        log.append({"reason": "too_large", "message": "y" * 40, "file": f"b{n}.json"})
+    assert len(log.recent(100)) < 10  # the lines rotated away ...
+    assert log.counts() == {"invalid_json": 2, "too_large": 8}  # ... the counts did not
+    assert RejectionLog(tmp_path).counts() == {"invalid_json": 2, "too_large": 8}

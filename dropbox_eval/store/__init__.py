@@ -3,7 +3,8 @@
 Layout under the state folder::
 
     index.json                    clients, the live ledger, one summary row per live batch,
-                                  and counts of archived batches (per client, per status)
+                                  counts of archived batches (per client, per status) and
+                                  running totals of the archive (totals.py)
     batches/<batch_id>.json       a live batch's record (one small row)
     tasks/<batch_id>.json         a live batch's tasks, written once at intake ...
     tasks/<batch_id>.journal      ... plus one JSON line per change (tasks.py)
@@ -30,6 +31,7 @@ from typing import Any
 from ..errors import NotFoundError, StoreError
 from ..fileio import write_atomically
 from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id
+from . import totals
 from .base import Row, _dump, _encode, _insert
 from .clients import ClientStore, _post
 from .files import AtomicJSONStorage, append_lines, unlink_quietly, write_table
@@ -133,6 +135,7 @@ class Store(ClientStore):
         with self._index_change() as data:
             if not any(r["batch_id"] == batch.batch_id for r in data["batches"].values()):
                 return  # archived already (a re-emit)
+            self._ensure_totals(data)
             entries = {
                 k: e for k, e in data["ledger"].items() if e.get("batch_id") == batch.batch_id
             }
@@ -142,7 +145,46 @@ class Store(ClientStore):
             }
             data["ledger"] = {k: e for k, e in data["ledger"].items() if k not in entries}
             _count(data["counts"], batch)
+            tasks = self._task_statuses(batch.batch_id)
+            totals.add(data["counts"]["1"], _summary(batch), tasks, list(entries.values()))
         self._move_to_archive(batch.batch_id)
+
+    def snapshot(self) -> totals.Snapshot:
+        """One read of the index: live batch rows, live ledger, clients, and the running
+        totals of the archive (summed from the archive once if this state has none)."""
+        data = AtomicJSONStorage(str(self.state_dir / "index.json")).read() or {}
+        if not totals.has_totals(data.get("counts", {}).get("1", {})):
+            if self.read_only:
+                self._ensure_totals(_with_tables(data))
+            else:
+                with self._index_change() as data:
+                    self._ensure_totals(data)
+        return totals.Snapshot(
+            live=list(data.get("batches", {}).values()),
+            ledger=list(data.get("ledger", {}).values()),
+            clients=list(data.get("clients", {}).values()),
+            archived=totals.read(data.get("counts", {}).get("1", {})),
+        )
+
+    def _task_statuses(self, batch_id: str) -> dict[str, int]:
+        """Tasks per status (usually from the cache: the last poll read them)."""
+        try:
+            tasks = self.get_tasks(batch_id)
+        except NotFoundError:
+            return {}
+        return totals.task_counts({"status": str(task.status)} for task in tasks)
+
+    def _ensure_totals(self, data: dict[str, dict[str, Any]]) -> None:
+        counts_doc = data["counts"].setdefault("1", {})
+        if totals.has_totals(counts_doc):
+            return
+        totals.backfill(
+            counts_doc,
+            self.archive_rows.all_batches(),
+            self.tasks.read,
+            self.archive_rows.all_ledger(),
+            {str(r["batch_id"]) for r in data["batches"].values()},
+        )
 
     def _move_to_archive(self, batch_id: str) -> None:
         with self.locked():
@@ -261,6 +303,12 @@ def _count(table: dict[str, Any], batch: BatchRecord) -> None:
     for scope in ("all", f"client:{batch.client_id}"):
         per_status = doc.setdefault(scope, {})
         per_status[str(batch.status)] = per_status.get(str(batch.status), 0) + 1
+
+
+def _with_tables(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    for table in ("clients", "ledger", "batches", "counts"):
+        data.setdefault(table, {})
+    return data
 
 
 def _chain(first: list[Row], then: Iterator[Row]) -> Iterator[Row]:

@@ -44,6 +44,12 @@ class Archive:
         rows = list(_first_of_each(iter(read_lines(self.folder / "batches.jsonl")), "batch_id"))
         return rows
 
+    def all_ledger(self) -> Iterator[Row]:
+        """Every client's archived ledger entries (reads the whole history)."""
+        for folder in sorted((self.folder / "clients").glob("*")):
+            path = folder / "ledger.jsonl"
+            yield from _first_of_each(iter(read_lines(path)), "entry_id")
+
     def newest_ledger(self, client_id: str) -> Iterator[Row]:
         """A client's archived ledger entries, newest first."""
         yield from _first_of_each(newest_lines(self._client(client_id, "ledger")), "entry_id")

@@ -1,23 +1,33 @@
-"""StateCollector: the metrics read from the state folder at scrape time (see metrics.py)."""
+"""StateCollector: the metrics read from the state folder at scrape time (see metrics.py).
+
+A scrape reads the index once (`Store.snapshot`: live batches, live ledger, clients and the
+archive's running totals), then each live batch's record or tasks: its cost follows the
+live work, never the archived history (bench/metrics.py measures it).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..errors import NotFoundError
 from ..inbox.scan import candidates
 from ..models import BatchStatus, TaskStatus, utcnow
 from ..rejections import RejectionLog
 from ..service import read_status
+from ..store.totals import Snapshot, charged_by, source_of
 from .health import service_running
 from .metrics import PREFIX
 
 if TYPE_CHECKING:
     from ..app import App
+
+T = TypeVar("T")
 
 
 class StateCollector(Collector):
@@ -26,18 +36,18 @@ class StateCollector(Collector):
     def __init__(self, app: App) -> None:
         self.app = app
         self.rejections = RejectionLog(app.settings.state_path)
-        self._archived_tasks: dict[str, dict[str, int]] = {}  # archived batches never change
 
     def collect(self) -> Iterator[Metric]:
         """Called by the registry on every scrape."""
-        rows = self.app.store.list_batches()
-        yield from self._files(rows)
-        statuses = {str(status): 0 for status in BatchStatus} | _count(rows, "status")
+        snapshot = self.app.store.snapshot()
+        yield from self._files(snapshot)
+        statuses = {str(status): 0 for status in BatchStatus}
+        _merge(statuses, snapshot.archived.batches, _count(snapshot.live, "status"))
         yield _family(GaugeMetricFamily, "batches", "Batches by status.", "status", statuses)
         yield _family(
-            GaugeMetricFamily, "tasks", "Tasks by status.", "status", self._task_counts(rows)
+            GaugeMetricFamily, "tasks", "Tasks by status.", "status", self._task_counts(snapshot)
         )
-        yield from self._deliveries(rows)
+        yield from self._deliveries(snapshot)
         yield _family(
             CounterMetricFamily,
             "forge_webhooks",
@@ -46,7 +56,7 @@ class StateCollector(Collector):
             "outcome",
             dict(self.app.webhooks.counts),
         )
-        yield from self._credits()
+        yield from self._credits(snapshot)
         yield from self._service()
         waiting = len(candidates(self.app.settings.inbox_path))
         yield GaugeMetricFamily(
@@ -55,11 +65,9 @@ class StateCollector(Collector):
             value=waiting,
         )
 
-    def _files(self, rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    def _files(self, snapshot: Snapshot) -> Iterator[Metric]:
         accepted = {"inbox": 0, "api": 0}
-        for row in rows:
-            source = row.get("source")  # a dropped file's path, or none/"api"
-            accepted["inbox" if source and source != "api" else "api"] += 1
+        _merge(accepted, snapshot.archived.sources, _count_by(snapshot.live, source_of))
         yield _family(
             CounterMetricFamily,
             "batches_accepted",
@@ -70,7 +78,7 @@ class StateCollector(Collector):
         yield _family(
             CounterMetricFamily,
             "files_rejected",
-            "Dropped files rejected, by reason (from state/rejections.jsonl; drops on rotation).",
+            "Dropped files rejected, by reason (kept in state/rejections.counts.json).",
             "reason",
             self.rejections.counts(),
         )
@@ -90,31 +98,28 @@ class StateCollector(Collector):
             value=datetime.fromisoformat(last_poll).timestamp() if last_poll else 0.0,
         )
 
-    def _task_counts(self, rows: list[dict[str, Any]]) -> dict[str, int]:
+    def _task_counts(self, snapshot: Snapshot) -> dict[str, int]:
         totals = {str(status): 0 for status in TaskStatus}
-        for row in rows:
-            batch_id = str(row["batch_id"])
-            counts = self._archived_tasks.get(batch_id)
-            if counts is None:
-                counts = _count(
-                    [t.model_dump(mode="json") for t in self.app.store.get_tasks(batch_id)],
-                    "status",
-                )
-                if row.get("emitted_at"):
-                    self._archived_tasks[batch_id] = counts
-            for status, count in counts.items():
-                totals[status] = totals.get(status, 0) + count
+        _merge(totals, snapshot.archived.tasks)
+        for row in snapshot.live:
+            with contextlib.suppress(NotFoundError):  # archived since the snapshot
+                tasks = self.app.store.get_tasks(str(row["batch_id"]))
+                _merge(totals, _count_by(tasks, lambda t: str(t.status)))
         return totals
 
-    def _deliveries(self, rows: list[dict[str, Any]]) -> Iterator[Metric]:
-        outcomes = {"delivered": 0, "pending": 0, "given_up": 0}
+    def _deliveries(self, snapshot: Snapshot) -> Iterator[Metric]:
+        delivered = sum(snapshot.archived.batches.values())
+        outcomes = {"delivered": delivered, "pending": 0, "given_up": 0}
         failed_attempts = 0
         oldest: datetime | None = None
-        for row in rows:
+        for row in snapshot.live:
             if row.get("emitted_at"):
                 outcomes["delivered"] += 1
             elif row["status"] != BatchStatus.RUNNING:
-                batch = self.app.store.get_batch(str(row["batch_id"]))
+                try:
+                    batch = self.app.store.get_batch(str(row["batch_id"]))
+                except NotFoundError:
+                    continue
                 given_up = batch.delivery_attempts > 0 and batch.next_delivery_at is None
                 outcomes["given_up" if given_up else "pending"] += 1
                 failed_attempts += batch.delivery_attempts
@@ -139,7 +144,7 @@ class StateCollector(Collector):
             value=max(age, 0.0),
         )
 
-    def _credits(self) -> Iterator[Metric]:
+    def _credits(self, snapshot: Snapshot) -> Iterator[Metric]:
         held = GaugeMetricFamily(
             f"{PREFIX}_credits_held", "Credits held by running batches.", labels=["client"]
         )
@@ -149,14 +154,27 @@ class StateCollector(Collector):
         charged = CounterMetricFamily(
             f"{PREFIX}_credits_charged", "Credits charged for lane work.", labels=["client"]
         )
-        for client in self.app.store.list_clients():
-            held.add_metric([client.client_id], client.held)
-            balance.add_metric([client.client_id], client.balance)
-            spent = sum(
-                -e.amount for e in self.app.store.ledger(client.client_id) if e.kind == "charge"
-            )
-            charged.add_metric([client.client_id], spent)
+        spent = dict(snapshot.archived.charged)
+        _merge(spent, charged_by(snapshot.ledger))
+        for client in sorted(snapshot.clients, key=lambda c: str(c["client_id"])):
+            client_id = str(client["client_id"])
+            held.add_metric([client_id], client.get("held", 0))
+            balance.add_metric([client_id], client["balance"])
+            charged.add_metric([client_id], spent.get(client_id, 0))
         yield from (held, balance, charged)
+
+
+def _merge(into: dict[str, int], *counts: dict[str, int]) -> None:
+    for each in counts:
+        for name, count in each.items():
+            into[name] = into.get(name, 0) + count
+
+
+def _count_by(items: Iterable[T], key: Callable[[T], str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[key(item)] = counts.get(key(item), 0) + 1
+    return counts
 
 
 def _count(rows: list[dict[str, Any]], key: str) -> dict[str, int]:

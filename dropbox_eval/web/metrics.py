@@ -1,8 +1,9 @@
 """Prometheus metrics: forge exchanges counted as they happen, the rest read from the store.
 
 Everything that must survive a restart (batches, tasks, deliveries, credits, rejections) is
-computed from the state folder at scrape time by `StateCollector`, so the numbers always
-match the store and both `run --http-port` and a separate `serve` see the same values.
+computed from the state folder at scrape time by `StateCollector` (live batches plus the
+archive's running totals kept in the index), so the numbers always match the store and both
+`run --http-port` and a separate `serve` see the same values.
 Only the forge exchanges are process-local (a counter and a latency histogram fed by a
 `requests` response hook); a restart resets them, which `rate()` expects.
 """

@@ -1,13 +1,14 @@
 """The operator's status page: `/operator`, behind SAAS_EVAL_OPERATOR_KEY.
 
 Server-rendered (Jinja2 templates shipped in the package), no JavaScript, refreshes itself.
-Login: `?key=...` once, or the form; either sets an HttpOnly, SameSite=Strict cookie (which
-also keeps other sites from posting the re-deliver form). Keys are compared in constant time.
+Login: `?key=...` once, or the form; either opens a session (session.py) whose random token
+goes into an HttpOnly, SameSite=Strict cookie (Secure over https) limited to `/operator`: the
+cookie never holds the key. The page's forms (re-deliver, sign out) also carry the session's
+CSRF token. Keys and tokens are compared in constant time.
 """
 
 from __future__ import annotations
 
-import hmac
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote
@@ -17,11 +18,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..errors import DropboxEvalError
-from ..models import BatchStatus, utcnow
+from ..errors import DropboxEvalError, NotFoundError
+from ..models import BatchStatus, Client, utcnow
 from ..rejections import RejectionLog
 from ..service import read_status
+from ..store.totals import charged_by
 from .health import Health, service_running
+from .session import OperatorSessions, Session, key_matches
 
 if TYPE_CHECKING:
     from ..app import App
@@ -33,19 +36,15 @@ templates = Environment(
 )
 
 
-def key_matches(given: str | None, expected: str | None) -> bool:
-    """Constant-time comparison; no key configured means nobody gets in."""
-    if not given or not expected:
-        return False
-    return hmac.compare_digest(given.encode(), expected.encode())
-
-
 def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
-    """Mount `/operator` (page, login, re-deliver) on `api`."""
+    """Mount `/operator` (page, login, logout, re-deliver) on `api`; its sessions are
+    `api.state.operator_sessions`."""
     rejections = RejectionLog(app.settings.state_path)
+    sessions = OperatorSessions()
+    api.state.operator_sessions = sessions
 
-    def authorized(request: Request) -> bool:
-        return key_matches(request.cookies.get(COOKIE), app.settings.operator_key)
+    def session_of(request: Request) -> Session | None:
+        return sessions.find(request.cookies.get(COOKIE), app.settings.operator_key)
 
     def login_page(message: str, status: int) -> HTMLResponse:
         html = templates.get_template("login.html").render(
@@ -53,36 +52,56 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         )
         return HTMLResponse(html, status_code=status)
 
-    def signed_in(key: str) -> Response:
+    def signed_in(request: Request, key: str) -> Response:
+        token, _ = sessions.open(key)
         response = RedirectResponse("/operator", status_code=303)
-        response.set_cookie(COOKIE, key, httponly=True, samesite="strict", path="/operator")
+        response.set_cookie(
+            COOKIE,
+            token,
+            max_age=int(sessions.lifetime),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/operator",
+        )
         return response
 
     @api.get("/operator", include_in_schema=False)
     def page(request: Request, key: str | None = None, note: str = "") -> Response:
         if key is not None:
             if key_matches(key, app.settings.operator_key):
-                return signed_in(key)
+                return signed_in(request, key)
             return login_page("that key is not right", 401)
-        if not authorized(request):
+        session = session_of(request)
+        if session is None:
             return login_page("", 401)
         view = _view(app, health, rejections)
         html = templates.get_template("page.html").render(
-            **view, note=note, refresh=REFRESH_SECONDS
+            **view, note=note, refresh=REFRESH_SECONDS, csrf=session.csrf
         )
-        return HTMLResponse(html)
+        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
     @api.post("/operator/login", include_in_schema=False)
     async def login(request: Request) -> Response:
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
-        key = (form.get("key") or [""])[0]
+        key = (await _form(request)).get("key", "")
         if key_matches(key, app.settings.operator_key):
-            return signed_in(key)
+            return signed_in(request, key)
         return login_page("that key is not right", 401)
+
+    @api.post("/operator/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        session = session_of(request)
+        if session is None or not session.allows((await _form(request)).get("csrf")):
+            return login_page("sign in first", 401)
+        sessions.close(request.cookies.get(COOKIE))
+        response = login_page("signed out", 200)
+        response.delete_cookie(COOKIE, path="/operator")
+        return response
 
     @api.post("/operator/batches/{batch_id}/deliver", include_in_schema=False)
     async def deliver(batch_id: str, request: Request) -> Response:
-        if not authorized(request):
+        session = session_of(request)
+        if session is None or not session.allows((await _form(request)).get("csrf")):
             return login_page("sign in first", 401)
         try:
             result = await run_in_threadpool(app.delivery.emit, batch_id, force=True)
@@ -92,15 +111,29 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         return RedirectResponse(f"/operator?note={quote(note)}", status_code=303)
 
 
+async def _form(request: Request) -> dict[str, str]:
+    """The first value of each field of a urlencoded form (no python-multipart needed)."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    return {name: values[0] for name, values in form.items() if values}
+
+
 def _view(app: App, health: Health, rejections: RejectionLog) -> dict[str, Any]:
-    """Everything the page shows, read from the state."""
+    """Everything the page shows: the live batches, the newest failed or expired archived
+    ones and the clients, from one read of the index (never the archived history)."""
     now = utcnow()
+    snapshot = app.store.snapshot()
+    rows = {str(r["batch_id"]): r for r in snapshot.archived.recent_bad}
+    rows |= {str(r["batch_id"]): r for r in snapshot.live}
     in_flight, ended_badly, undelivered = [], [], []
-    for row in app.store.list_batches():
+    for batch_id in sorted(rows):
+        row = rows[batch_id]
         bad = row["status"] in (BatchStatus.FAILED, BatchStatus.EXPIRED)
         if row.get("emitted_at") and not bad:
             continue  # delivered and fine: nothing to act on
-        batch = app.store.get_batch(str(row["batch_id"]))
+        try:
+            batch = app.store.get_batch(batch_id)
+        except NotFoundError:
+            continue
         item = batch.model_dump(mode="json") | {
             "age": _age(now, batch.created_at),
             "percent": round(100 * batch.done / batch.total) if batch.total else 100,
@@ -112,10 +145,14 @@ def _view(app: App, health: Health, rejections: RejectionLog) -> dict[str, Any]:
             ended_badly.append(item)
         if batch.emitted_at is None:
             undelivered.append(item)
-    clients = []
-    for client in app.store.list_clients():
-        charged = sum(-e.amount for e in app.store.ledger(client.client_id) if e.kind == "charge")
-        clients.append(client.model_dump(mode="json") | {"charged": charged})
+    charged = snapshot.archived.charged
+    for client_id, amount in charged_by(snapshot.ledger).items():
+        charged[client_id] = charged.get(client_id, 0) + amount
+    clients = [
+        Client.model_validate(row).model_dump(mode="json")
+        | {"charged": charged.get(str(row["client_id"]), 0)}
+        for row in sorted(snapshot.clients, key=lambda r: str(r["client_id"]))
+    ]
     return {
         "in_flight": in_flight,
         "ended_badly": ended_badly[-20:],

@@ -1,0 +1,143 @@
+"""Scrape cost against history: `GET /metrics` (and the operator page) with 5 and with
+2,000 archived batches, in one run.
+
+Each history is made through the store's own paths, for one client: a batch created with
+its hold, settled (charge and release), emitted and so archived (its running totals added),
+then one batch left running. The figures are the median of 20 scrapes of the real web app
+over loopback HTTP (`create_web`, as `run --http-port` and `serve` mount it), and of 20
+views of `/operator` with a signed-in session.
+
+    python bench/metrics.py [--small 5] [--large 2000] [--json]
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+from _common import BenchResult, Stopwatch, command_line, emit, make_tasks, parser
+
+from dropbox_eval.app import App, build_app
+from dropbox_eval.config import load_settings
+from dropbox_eval.models import (
+    BatchRecord,
+    BatchStatus,
+    LedgerEntry,
+    TaskRecord,
+    TaskSpec,
+    TaskStatus,
+    utcnow,
+)
+from dropbox_eval.web.server import create_web
+from dropbox_eval.webserver import BackgroundServer
+
+TARGET = 1.2
+CALLS = 20
+KEY = "bench-operator-key"
+
+
+def add_batch(app: App, n: int, *, archive: bool) -> None:
+    """One batch of one task through the store: created with its hold; when `archive`,
+    the task passes, the batch is settled, emitted and archived."""
+    now = utcnow()
+    batch_id = f"20260101-000000-{n:09d}"
+    batch = BatchRecord(batch_id=batch_id, client_id="acme", repo="eval/x", total=1, created_at=now)
+    task = TaskRecord(
+        task_id="t0",
+        batch_id=batch_id,
+        repo="eval/x",
+        payload=TaskSpec.model_validate(make_tasks(1)[0]),
+        created_at=now,
+    )
+    entry = {"client_id": "acme", "batch_id": batch_id, "balance_after": 0, "at": now}
+    hold = LedgerEntry(amount=0, held_change=1, kind="hold", **entry)
+    app.store.create_batch(batch, [task], hold)
+    if not archive:
+        return
+    app.store.update_tasks(batch_id, {"t0": {"status": TaskStatus.PASSED, "finished_at": now}})
+    app.store.settle(
+        [
+            LedgerEntry(amount=-1, kind="charge", **entry),
+            LedgerEntry(amount=0, held_change=-1, kind="release", **entry),
+        ]
+    )
+    app.store.update_batch(batch_id, status=BatchStatus.EMITTED, done=1, completed_at=now)
+    app.store.update_batch(batch_id, emitted_at=now)  # archives it
+
+
+def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
+    """A served state folder with `batches` archived batches and one running; the reads."""
+    app = build_app(load_settings(home=home, operator_key=KEY), with_forge=False)
+    app.billing.add_client("acme", 10**9)
+    for n in range(batches):
+        add_batch(app, n, archive=True)
+    add_batch(app, batches, archive=False)
+    assert app.store.count_batches() == {"emitted": batches, "running": 1}
+    server = BackgroundServer(create_web(app, lambda: True), name="bench-web")
+    url = server.start()
+    session = requests.Session()
+    session.post(f"{url}/operator/login", data={"key": KEY}, timeout=30).raise_for_status()
+
+    def scrape() -> None:
+        text = requests.get(f"{url}/metrics", timeout=30).text
+        assert f'dropbox_eval_batches{{status="emitted"}} {batches}.0' in text
+
+    return (
+        scrape,
+        lambda: session.get(f"{url}/operator", timeout=30).raise_for_status(),
+        server.stop,
+    )
+
+
+def median_ms(call: Callable[[], object]) -> float:
+    """Median milliseconds of `CALLS` calls (after one untimed call)."""
+    call()
+    samples = []
+    for _ in range(CALLS):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+def main() -> None:
+    args_parser = parser(__doc__ or "")
+    args_parser.add_argument("--small", type=int, default=5)
+    args_parser.add_argument("--large", type=int, default=2000)
+    args = args_parser.parse_args()
+    started = time.perf_counter()
+    result = BenchResult("metrics", command_line())
+    names = ("GET /metrics", "GET /operator (signed in)")
+    with tempfile.TemporaryDirectory() as small_home, tempfile.TemporaryDirectory() as big_home:
+        small = history(Path(small_home), args.small)
+        with Stopwatch() as setup:
+            large = history(Path(big_home), args.large)
+        try:
+            for name, few, many in zip(names, small[:2], large[:2], strict=True):
+                base, big = median_ms(few), median_ms(many)
+                result.add(
+                    f"{name}: {args.large} / {args.small} archived",
+                    big / base,
+                    "x",
+                    f"<= {TARGET}",
+                    big / base <= TARGET,
+                    note=f"{big:.2f} ms vs {base:.2f} ms",
+                )
+        finally:
+            small[2]()
+            large[2]()
+    result.info["setup"] = (
+        f"one client with {args.small} and {args.large} archived batches (1 task, hold, "
+        f"charge, release each) plus one running, made through the store "
+        f"({setup.seconds:.0f} s for {args.large}); median of {CALLS} calls over loopback HTTP"
+    )
+    result.seconds = time.perf_counter() - started
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

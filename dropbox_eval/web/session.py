@@ -1,0 +1,106 @@
+"""Operator sessions: what the `/operator` login cookie holds instead of the key.
+
+A login creates a random session token (`secrets.token_urlsafe`), kept server-side in this
+process's memory together with its expiry, a CSRF token for the page's forms, and a digest
+of the operator key it was opened with. The cookie carries only the token, so a leaked
+cookie is never the key and stops working when the session expires (SESSION_SECONDS), when
+the operator signs out, when the key changes, or when the process restarts. Only a SHA-256
+of each token is kept, so the table itself holds nothing a browser could present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SESSION_SECONDS = 12 * 3600
+MAX_SESSIONS = 64  # a login past this drops the oldest session: memory stays bounded
+
+
+def key_matches(given: str | None, expected: str | None) -> bool:
+    """Constant-time comparison; no key configured means nobody gets in."""
+    if not given or not expected:
+        return False
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+@dataclass(frozen=True)
+class Session:
+    """One signed-in browser: its forms' CSRF token, the key it signed in with, expiry."""
+
+    csrf: str
+    key_digest: bytes
+    expires_at: float
+
+    def allows(self, csrf: str | None) -> bool:
+        """Whether a form posted `csrf` for this session (constant time)."""
+        return bool(csrf) and hmac.compare_digest(str(csrf).encode(), self.csrf.encode())
+
+
+class OperatorSessions:
+    """The live sessions of one web app (thread-safe; lost on restart by design)."""
+
+    def __init__(
+        self, lifetime: float = SESSION_SECONDS, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.lifetime = lifetime
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._sessions: dict[bytes, Session] = {}
+
+    def open(self, key: str) -> tuple[str, Session]:
+        """A new session for someone who just gave the right `key`: the cookie's token
+        (not kept) and the session."""
+        token = secrets.token_urlsafe(32)
+        session = Session(
+            csrf=secrets.token_urlsafe(32),
+            key_digest=_digest(key),
+            expires_at=self.clock() + self.lifetime,
+        )
+        with self._lock:
+            self._drop_expired()
+            while len(self._sessions) >= MAX_SESSIONS:
+                oldest = min(self._sessions, key=lambda k: self._sessions[k].expires_at)
+                del self._sessions[oldest]
+            self._sessions[_digest(token)] = session
+        return token, session
+
+    def find(self, token: str | None, key: str | None) -> Session | None:
+        """The session of a cookie's `token`, if it is live and was opened with the
+        operator key as it is now; None otherwise."""
+        if not token or not key:
+            return None
+        with self._lock:
+            session = self._sessions.get(_digest(token))
+            if session is None:
+                return None
+            if session.expires_at <= self.clock() or not hmac.compare_digest(
+                session.key_digest, _digest(key)
+            ):
+                del self._sessions[_digest(token)]
+                return None
+            return session
+
+    def close(self, token: str | None) -> None:
+        """Sign out: the token stops working everywhere at once."""
+        if token:
+            with self._lock:
+                self._sessions.pop(_digest(token), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def _drop_expired(self) -> None:
+        now = self.clock()
+        for token_digest in [d for d, s in self._sessions.items() if s.expires_at <= now]:
+            del self._sessions[token_digest]
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode()).digest()
