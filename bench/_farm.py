@@ -151,10 +151,10 @@ def measure_mode(
         assert missing[0].status == "missing", "the deleted issue was not found"
 
 
-def idle_cpu(forge: SandboxForge, batches: int, tasks: int) -> float:
-    """CPU seconds of an idle cycle (median of 5) in the default mode."""
+def idle_cpu(forge: SandboxForge, batches: int, tasks: int, shared: bool) -> float:
+    """CPU seconds of an idle cycle (median of 5)."""
     with tempfile.TemporaryDirectory(prefix="bench-farm-cpu-") as home:
-        service = Service(build(forge, home, batches, tasks, False, every=1000))
+        service = Service(build(forge, home, batches, tasks, shared, every=1000))
         service.poll_cycle()
         time.sleep(SETTLED)
         service.poll_cycle()
@@ -167,16 +167,18 @@ def farm_figures(result: BenchResult, batches: int, tasks: int) -> None:
     with SandboxForge(port=0) as forge:
         measure_mode(forge, batches, tasks, False, result)
         measure_mode(forge, batches, tasks, True, result)
-        small = idle_cpu(forge, batches, max(1, tasks // 100))
-        large = idle_cpu(forge, batches, tasks)
-    result.add(
-        f"idle cycle CPU, {tasks} vs {max(1, tasks // 100)} tasks per batch",
-        large / small,
-        "x",
-        "<= 1.2",
-        large / small <= 1.2,
-        note=f"{large * 1000:.1f} ms vs {small * 1000:.1f} ms (one repo per batch)",
-    )
+        for shared in (False, True):
+            small = idle_cpu(forge, batches, max(1, tasks // 100), shared)
+            large = idle_cpu(forge, batches, tasks, shared)
+            mode = "shared repo" if shared else "one repo per batch"
+            result.add(
+                f"{mode}: idle cycle CPU, {tasks} vs {max(1, tasks // 100)} tasks per batch",
+                large / small,
+                "x",
+                "<= 1.2",
+                large / small <= 1.2,
+                note=f"{large * 1000:.1f} ms vs {small * 1000:.1f} ms",
+            )
     result.info["farm setup"] = (
         f"{batches} batches x {tasks} tasks, in-process SandboxForge, requests counted from "
         f"its log; settle 0; full_poll_every {EVERY}"

@@ -8,7 +8,11 @@ separately; the report goes to the outbox, the batch becomes history). The figur
 median(intake + poll) of the last W batches over the first W (W = 5), after one warm-up
 batch in another folder.
 
-    python bench/history.py [--batches 200] [--tasks 20] [--window 5] [--json]
+Then the listings (see `_listing.py`): `batches`, `clients show` and the API listing with
+5 and with 2,000 archived batches, each a ratio against the small history.
+
+    python bench/history.py [--batches 200] [--tasks 20] [--window 5]
+                            [--listing-small 5] [--listing-large 2000] [--json]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from _common import (
     parser,
     settings_for,
 )
+from _listing import listing_figures
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.sandbox import SandboxForge
@@ -107,6 +112,8 @@ def main() -> None:
     args_parser.add_argument("--batches", type=int, default=200)
     args_parser.add_argument("--tasks", type=int, default=20)
     args_parser.add_argument("--window", type=int, default=5)
+    args_parser.add_argument("--listing-small", type=int, default=5)
+    args_parser.add_argument("--listing-large", type=int, default=2000)
     args = args_parser.parse_args()
     started = time.perf_counter()
     window = max(1, min(args.window, args.batches // 2))
@@ -184,6 +191,7 @@ def main() -> None:
         f"{index_bytes / 1000:.1f} kB, archive/*.jsonl "
         f"{archive_bytes / 1000:.0f} kB"
     )
+    listing_figures(result, args.listing_small, args.listing_large)
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

@@ -64,6 +64,8 @@ class Cycle:
         self.pages = sum(1 for e in self.log if e.path.endswith("/issues"))
         self.timelines = sum(1 for e in self.log if e.path.endswith("/timeline"))
         self.pulls = sum(1 for e in self.log if "/pulls/" in e.path)
+        self.counts = sum(1 for e in self.log if "limit=1&" in e.query + "&")
+        self.gets = sum(1 for e in self.log if e.path.rsplit("/", 1)[-1].isdigit())
 
     def note(self) -> str:
         """Wall time and store I/O."""
@@ -265,8 +267,9 @@ def main() -> None:
             "full cycle after 1 issue was deleted",
             deleted.requests,
             "requests",
-            note=f"count + 1 incremental page + {deleted.pages - 1} list pages of every issue "
-            f"+ {deleted.requests - deleted.pages - 1} GET of the unseen issue; " + deleted.note(),
+            note=f"{deleted.counts} count + {deleted.pages - deleted.counts} list pages "
+            f"(the incremental one, then every issue) + {deleted.gets} GET of the unseen "
+            "issue; " + deleted.note(),
         )
 
     result.info["setup"] = (

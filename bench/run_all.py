@@ -23,11 +23,10 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     # name: (default arguments, --quick arguments)
     "intake": ([], ["--tasks", "1000", "--pairs", "2"]),
     "poll": ([], ["--tasks", "1000", "--batches", "4", "--batch-tasks", "50"]),
-    "history": ([], ["--batches", "40"]),
+    "history": ([], ["--batches", "40", "--listing-large", "200"]),
     "latency": ([], ["--drops", "5"]),
     "isolation": ([], ["--drops", "8"]),
     "push": ([], ["--closes", "5", "--drops", "3"]),
-    "listing": ([], ["--large", "200"]),
     "metrics": ([], ["--large", "200"]),
     "sftp": ([], ["--drops", "5"]),
     "rss": ([], ["--batches", "2", "--tasks", "2000"]),

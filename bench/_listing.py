@@ -9,7 +9,7 @@ newest batches (`dropbox-eval batches --limit 5`), the newest ledger entries
 `X-Total-Count` - each the median of 20 calls, through the store calls the CLI makes and
 the real API over loopback HTTP.
 
-    python bench/listing.py [--small 5] [--large 2000] [--json]
+Used by `bench/history.py` (`--listing-small`, `--listing-large`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import requests
-from _common import BenchResult, command_line, emit, parser
+from _common import BenchResult
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import build_app
@@ -89,26 +89,21 @@ def median_ms(call: Callable[[], object]) -> float:
     return statistics.median(samples) * 1000
 
 
-def main() -> None:
-    args_parser = parser(__doc__ or "")
-    args_parser.add_argument("--small", type=int, default=5)
-    args_parser.add_argument("--large", type=int, default=2000)
-    args = args_parser.parse_args()
-    started = time.perf_counter()
-    result = BenchResult("listing", command_line())
+def listing_figures(result: BenchResult, small_count: int, large_count: int) -> None:
+    """The three listings' cost at `large_count` over `small_count` archived batches."""
     names = (
         f"batches --limit {PAGE}",
         f"clients show --limit {PAGE}",
         "GET /api/eval/batches (first page + total)",
     )
     with tempfile.TemporaryDirectory() as small_home, tempfile.TemporaryDirectory() as big_home:
-        small = history(Path(small_home), args.small)
-        large = history(Path(big_home), args.large)
+        small = history(Path(small_home), small_count)
+        large = history(Path(big_home), large_count)
         try:
             for name, few, many in zip(names, small[:3], large[:3], strict=True):
                 base, big = median_ms(few), median_ms(many)
                 result.add(
-                    f"{name}: {args.large} / {args.small} archived",
+                    f"{name}: {large_count} / {small_count} archived",
                     big / base,
                     "x",
                     f"<= {TARGET}",
@@ -118,13 +113,7 @@ def main() -> None:
         finally:
             small[3]()
             large[3]()
-    result.info["setup"] = (
-        f"one client with {args.small} and {args.large} archived batches (3 ledger entries "
+    result.info["listing setup"] = (
+        f"one client with {small_count} and {large_count} archived batches (3 ledger entries "
         "each), made through the store's archive; median of 20 calls"
     )
-    result.seconds = time.perf_counter() - started
-    emit(result, args.json)
-
-
-if __name__ == "__main__":
-    main()
