@@ -4,8 +4,12 @@ The sandbox forge runs in this (parent) process; the product runs in a child pro
 peak RSS (VmHWM, = ru_maxrss) is read after: intake of every batch through the product,
 the lane closing 100 issues per batch, one service poll cycle (the periodic full poll,
 cycle 1) and one incremental cycle. Baseline: a child that only imports the package.
+Then the same with 5 x 4,000 tasks, once with one repo per batch and once with a shared
+repo: how much the two poll cycles raise the peak over the RSS before them (VmHWM reset by
+`/proc/self/clear_refs`).
 
-    python bench/rss.py [--batches 10] [--tasks 10000] [--closed 100] [--json]
+    python bench/rss.py [--batches 10] [--tasks 10000] [--closed 100]
+                        [--cycle-batches 5] [--cycle-tasks 4000] [--json]
 """
 
 from __future__ import annotations
@@ -48,14 +52,17 @@ def child_baseline() -> dict[str, Any]:
     }
 
 
-def child_service(url: str, token: str, user: str, batches: int, tasks: int) -> dict[str, Any]:
+def child_service(
+    url: str, token: str, user: str, batches: int, tasks: int, shared: bool
+) -> dict[str, Any]:
     """Take the batches in, wait for the lane (parent), run two poll cycles; report RSS."""
     from dropbox_eval.app import build_app
     from dropbox_eval.service import Service
 
     out: dict[str, Any] = {"after_batch_kib": []}
+    extra = {"repo": f"{user}/rss-{time.monotonic_ns()}"} if shared else {}
     with tempfile.TemporaryDirectory(prefix="bench-rss-") as home:
-        app = build_app(settings_for(home, url, token, user, poll_interval=3600))
+        app = build_app(settings_for(home, url, token, user, poll_interval=3600, **extra))
         app.billing.add_client("bench", 0)
         repos: list[str] = []
         with Stopwatch() as intake:
@@ -68,6 +75,7 @@ def child_service(url: str, token: str, user: str, batches: int, tasks: int) -> 
         print(json.dumps({"repos": repos}), flush=True)
         sys.stdin.readline()  # the parent's lane closed some issues
         service = Service(app)
+        out["before_cycles_kib"] = reset_peak()
         with Stopwatch() as full:
             service.poll_cycle()
         out["full_cycle_s"] = full.seconds
@@ -75,6 +83,7 @@ def child_service(url: str, token: str, user: str, batches: int, tasks: int) -> 
         with Stopwatch() as incremental:
             service.poll_cycle()
         out["incremental_cycle_s"] = incremental.seconds
+        out["cycles_peak_kib"] = rss_kib()[0]
         if service.status.get("last_error"):
             raise RuntimeError(f"poll cycle failed: {service.status['last_error']}")
         rows = app.store.list_batches()
@@ -89,6 +98,13 @@ def child_service(url: str, token: str, user: str, batches: int, tasks: int) -> 
     return out
 
 
+def reset_peak() -> int:
+    """Reset VmHWM to the current RSS (Linux `clear_refs` 5); returns the RSS in KiB."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+        handle.write("5")
+    return rss_kib()[1]
+
+
 def run_child(
     args: list[str], forge: SandboxForge | None = None, closed: int = 0
 ) -> dict[str, Any]:
@@ -99,9 +115,9 @@ def run_child(
     assert proc.stdin is not None and proc.stdout is not None
     if forge is not None:
         repos = json.loads(proc.stdout.readline())["repos"]
-        for repo in repos:
+        for repo in sorted(set(repos)):  # a shared repo holds every batch's issues
             owner, name = repo.split("/", 1)
-            for number in range(1, closed + 1):
+            for number in range(1, closed * repos.count(repo) + 1):
                 forge.finish_issue(
                     owner, name, number, comment="Verdict: pass.", labels=["eval-pass"]
                 )
@@ -119,31 +135,32 @@ def main() -> None:
         print(json.dumps(child_baseline()))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--child-service":
-        url, token, user, batches, tasks = sys.argv[2:7]
-        print(json.dumps(child_service(url, token, user, int(batches), int(tasks))))
+        url, token, user, batches, tasks, shared = sys.argv[2:8]
+        out = child_service(url, token, user, int(batches), int(tasks), shared == "shared")
+        print(json.dumps(out))
         return
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--batches", type=int, default=10)
     args_parser.add_argument("--tasks", type=int, default=10_000)
     args_parser.add_argument("--closed", type=int, default=100)
+    args_parser.add_argument("--cycle-batches", type=int, default=5)
+    args_parser.add_argument("--cycle-tasks", type=int, default=4000)
     args = args_parser.parse_args()
     from dropbox_eval.sandbox import SandboxForge
 
     started = time.perf_counter()
     baseline = run_child(["--child-baseline"])
     with SandboxForge(port=0) as forge:
-        measured = run_child(
-            [
-                "--child-service",
-                forge.url,
-                forge.token,
-                forge.user,
-                str(args.batches),
-                str(args.tasks),
-            ],
-            forge,
-            args.closed,
-        )
+
+        def service_child(batches: int, tasks: int, mode: str) -> dict[str, Any]:
+            child = ["--child-service", forge.url, forge.token, forge.user]
+            return run_child([*child, str(batches), str(tasks), mode], forge, args.closed)
+
+        measured = service_child(args.batches, args.tasks, "per-batch")
+        growth = {
+            mode: service_child(args.cycle_batches, args.cycle_tasks, mode)
+            for mode in ("per-batch", "shared")
+        }
     total = args.batches * args.tasks
     assert measured["tracked_tasks"] == total
     assert measured["finished_tasks"] == args.batches * args.closed
@@ -174,6 +191,20 @@ def main() -> None:
         first_mb,
         "MB",
         note=f"growth from 1 to all batches: {peak_mb - first_mb:+.0f} MB",
+    )
+    grown = {
+        mode: (data["cycles_peak_kib"] - data["before_cycles_kib"]) / 1024
+        for mode, data in growth.items()
+    }
+    result.add(
+        f"RSS growth over two poll cycles, {args.cycle_batches} x {args.cycle_tasks} tasks, "
+        "shared repo minus one repo per batch",
+        grown["shared"] - grown["per-batch"],
+        "MB",
+        "<= 5 MB",
+        grown["shared"] - grown["per-batch"] <= 5,
+        note=f"+{grown['shared']:.1f} MB vs +{grown['per-batch']:.1f} MB (peak during the "
+        "cycles over the RSS before them); the issue measured +34 vs +4 MB",
     )
     result.info["phases"] = (
         f"intake of {total} tasks {measured['intake_s']:.0f} s; full cycle "

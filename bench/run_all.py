@@ -29,7 +29,10 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "push": ([], ["--closes", "5", "--drops", "3"]),
     "metrics": ([], ["--large", "200"]),
     "sftp": ([], ["--drops", "5"]),
-    "rss": ([], ["--batches", "2", "--tasks", "2000"]),
+    "rss": (
+        [],
+        ["--batches", "2", "--tasks", "2000", "--cycle-batches", "2", "--cycle-tasks", "500"],
+    ),
 }
 
 
