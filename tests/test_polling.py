@@ -11,14 +11,20 @@ from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 
 
-def test_shared_repo_costs_one_request_per_idle_cycle(
-    settings: Settings, forge: SandboxForge
-) -> None:
-    app = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
+def _shared_repo(settings: Settings, forge: SandboxForge, name: str) -> tuple[App, list[str]]:
+    """Three batches of four tasks in one shared repo."""
+    app = build_app(settings.model_copy(update={"repo": f"{forge.user}/{name}"}))
     app.billing.add_client("acme", 100)
     ids = [
         app.intake.submit_batch("acme", tasks(4), batch_ref=f"r{i}")["batch_id"] for i in range(3)
     ]
+    return app, ids
+
+
+def test_shared_repo_costs_one_request_per_idle_cycle(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app, ids = _shared_repo(settings, forge, "shared")
     service = Service(app)
     service.poll_cycle()  # the first cycle is a full one
     forge.clear_requests()
@@ -108,11 +114,7 @@ def _task_reads(app: App) -> list[str]:
 def test_a_shared_repo_poll_reads_only_the_batches_its_listing_names(
     settings: Settings, forge: SandboxForge
 ) -> None:
-    app = build_app(settings.model_copy(update={"repo": f"{forge.user}/lazy"}))
-    app.billing.add_client("acme", 100)
-    ids = [
-        app.intake.submit_batch("acme", tasks(4), batch_ref=f"r{i}")["batch_id"] for i in range(3)
-    ]
+    app, ids = _shared_repo(settings, forge, "lazy")
     service = Service(app)
     service.poll_cycle()  # the first visit of each batch in a process reads its tasks
     reads = _task_reads(app)
