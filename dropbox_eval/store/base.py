@@ -14,6 +14,7 @@ from filelock import FileLock, Timeout
 from tinydb import TinyDB
 
 from ..errors import NoState, StoreError
+from ..locks import SharedLock
 from ..models import TaskRecord
 from .archive import Archive
 from .files import AtomicJSONStorage, unlink_quietly
@@ -37,7 +38,7 @@ class StoreBase:
         self.leases_dir = state_dir / "leases"
         self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
         self.archive_rows = Archive(self.archive_dir)
-        self._lock = FileLock(str(state_dir / "store.lock"))
+        self._lock = SharedLock(state_dir / "store.lock")
         self._cache: OrderedDict[str, tuple[Signature, list[TaskRecord]]] = OrderedDict()
         self._cache_lock = threading.Lock()
         if read_only:
