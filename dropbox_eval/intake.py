@@ -68,6 +68,7 @@ class Intake(UsesForge):
         self.settings = settings
         self.lifecycle = lifecycle
         self.policy = CallbackPolicy(settings.callback_allow)
+        self._aside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="intake-aside")
 
     def submit_batch(
         self,
@@ -113,10 +114,16 @@ class Intake(UsesForge):
                 client_id,
                 source or API_SOURCE,
             )
-        if self._gitea is not None:  # without a forge, the service creates them later
-            self.lifecycle.visit(
-                record.batch_id, self._open, record, recorded.tasks, bool(recorded.tasks)
-            )
+        # the duplicate keys are written while the forge answers, not before its first call
+        keys = self._aside.submit(self.store.write_keys, record) if recorded.tasks else None
+        try:
+            if self._gitea is not None:  # without a forge, the service creates them later
+                self.lifecycle.visit(
+                    record.batch_id, self._open, record, recorded.tasks, bool(recorded.tasks)
+                )
+        finally:
+            if keys is not None:
+                keys.result()
         return self.receipt(record.batch_id, duplicate=recorded.duplicate)
 
     def receipt(self, batch_id: str, *, duplicate: bool = False) -> dict[str, Any]:

@@ -46,10 +46,10 @@ class Store(ClientStore):
         self, batch: BatchRecord, tasks: list[TaskRecord], hold: LedgerEntry | None = None
     ) -> None:
         """Write the tasks (one write for all) and the batch record, then its index row and
-        hold in one atomic write, then its duplicate keys.
+        hold in one atomic write. Its duplicate keys follow (`write_keys`).
 
         A crash before the index write leaves only unreferenced files, never a batch without
-        its hold; until the keys exist, duplicates are found in the (live) index rows.
+        its hold.
         """
         with self.locked():
             self.tasks.create(batch.batch_id, [_dump(t) for t in tasks])
@@ -58,7 +58,17 @@ class Store(ClientStore):
                 _insert(data["batches"], _summary(batch))
                 if hold is not None:
                     _post(data, hold)
-            self._write_keys(batch)
+
+    def write_keys(self, batch: BatchRecord, *, missing_only: bool = False) -> None:
+        """Write a recorded batch's duplicate keys (sha256 of the bytes, batch_ref).
+
+        Not needed before the forge work starts: while a batch is live its index row finds
+        its duplicates, and `archive` writes any key a crash left out before the row goes.
+        """
+        for key in _keys(batch.sha256, batch.batch_ref):
+            path = self.keys_dir / batch.client_id / key
+            if not (missing_only and path.exists()):
+                write_atomically(path, batch.batch_id)
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""
@@ -126,12 +136,14 @@ class Store(ClientStore):
         return batch
 
     def archive(self, batch: BatchRecord) -> None:
-        """Move an emitted batch out of the index: append to the archive first, then drop
-        its row and ledger entries and count it in one write, then move its files out of
-        the live folders (idempotent; readers dedupe)."""
+        """Move an emitted batch out of the index: write any duplicate key it lacks and
+        append to the archive first, then drop its row and ledger entries and count it in
+        one write, then move its files out of the live folders (idempotent; readers
+        dedupe)."""
         with self._index_change() as data:
             if not any(r["batch_id"] == batch.batch_id for r in data["batches"].values()):
                 return  # archived already (a re-emit)
+            self.write_keys(batch, missing_only=True)  # the row found duplicates until now
             entries = {
                 k: e for k, e in data["ledger"].items() if e.get("batch_id") == batch.batch_id
             }
@@ -227,10 +239,6 @@ class Store(ClientStore):
 
         found = self.list_batches(same, live_only=True)  # a crash before the keys were written
         return str(found[0]["batch_id"]) if found else None
-
-    def _write_keys(self, batch: BatchRecord) -> None:
-        for key in _keys(batch.sha256, batch.batch_ref):
-            write_atomically(self.keys_dir / batch.client_id / key, batch.batch_id)
 
 
 _SUMMARY_FIELDS = (
