@@ -51,16 +51,20 @@ class Store(ClientStore):
         hold in one atomic write. Its duplicate keys follow (`write_keys`).
 
         A crash before the index write leaves only unreferenced files, never a batch without
-        its hold. The two files are written side by side (their fsyncs overlap): nothing
-        reads either before the index names the batch.
+        its hold. The two files (and the batch's lease file) are written side by side, their
+        fsyncs overlapping: nothing reads them before the index names the batch.
         """
         with self.locked():
             rows = [_dump(t) for t in tasks]
-            beside = _BESIDE.submit(self.tasks.create, batch.batch_id, rows)
+            beside = [
+                _BESIDE.submit(self.tasks.create, batch.batch_id, rows),
+                _BESIDE.submit(self._new_lease, batch.batch_id),
+            ]
             try:
                 write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [_dump(batch)])
             finally:
-                beside.result()
+                for future in beside:
+                    future.result()
             with self._index_change() as data:
                 _insert(data["batches"], _summary(batch))
                 if hold is not None:
