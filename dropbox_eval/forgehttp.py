@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from filelock import FileLock
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -24,6 +23,7 @@ from tenacity import (
 
 from .errors import ForgePermanent, ForgeRetryable
 from .forgewire import json_body, server_time, status_error
+from .locks import SharedLock
 
 PAGE_LIMIT = 50
 LABEL_LOCK_TIMEOUT = 60.0
@@ -67,9 +67,7 @@ class ForgeTransport:
         self._prepared: dict[tuple[str, str], int] = {}  # (repo, label) -> label id
         self._owner_ids: dict[str, int] = {}  # owner (case-folded) -> user or org id
         self._label_lock: AbstractContextManager[Any] = (
-            FileLock(str(label_lock), timeout=LABEL_LOCK_TIMEOUT)
-            if label_lock
-            else threading.Lock()
+            SharedLock(label_lock, timeout=LABEL_LOCK_TIMEOUT) if label_lock else threading.Lock()
         )
         self._clock = threading.local()  # repos are polled in parallel on one client
 

@@ -68,6 +68,7 @@ class Intake(UsesForge):
         self.settings = settings
         self.lifecycle = lifecycle
         self.policy = CallbackPolicy(settings.callback_allow)
+        self._aside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="intake-aside")
 
     def submit_batch(
         self,
@@ -100,9 +101,15 @@ class Intake(UsesForge):
         *,
         source: str | None = None,
         sha256: str | None = None,
+        mark_done: bool = True,
     ) -> dict[str, Any]:
         """Record a valid batch (or find its duplicate), then try once to open its issues;
-        returns the receipt. A forge failure leaves the rest to the service's visits."""
+        returns the receipt. A forge failure leaves the rest to the service's visits.
+
+        `mark_done=False`: the caller hands the receipt over first and then calls `filed`,
+        which stores that the intake is done in the same write (one write fewer before
+        the client hears; a crash in between costs a visit that creates nothing).
+        """
         recorded = self.record(batch, client_id, source=source, sha256=sha256)
         record = recorded.batch
         if not recorded.duplicate:
@@ -113,11 +120,29 @@ class Intake(UsesForge):
                 client_id,
                 source or API_SOURCE,
             )
-        if self._gitea is not None:  # without a forge, the service creates them later
-            self.lifecycle.visit(
-                record.batch_id, self._open, record, recorded.tasks, bool(recorded.tasks)
-            )
+        # the duplicate keys are written while the forge answers, not before its first call
+        keys = self._aside.submit(self.store.write_keys, record) if recorded.tasks else None
+        try:
+            if self._gitea is not None:  # without a forge, the service creates them later
+                self.lifecycle.visit(
+                    record.batch_id,
+                    self._open,
+                    record,
+                    recorded.tasks,
+                    bool(recorded.tasks),
+                    mark_done,
+                )
+        finally:
+            if keys is not None:
+                keys.result()
         return self.receipt(record.batch_id, duplicate=recorded.duplicate)
+
+    def filed(self, receipt: dict[str, Any]) -> None:
+        """The drop sits beside its receipt: one write stores that, and that the intake is
+        done when the receipt names every task's issue."""
+        done = all(item["issue_number"] is not None for item in receipt["issues"])
+        fields = {"filed": True, "intake_done": True} if done else {"filed": True}
+        self.store.update_batch(receipt["batch_id"], **fields)
 
     def receipt(self, batch_id: str, *, duplicate: bool = False) -> dict[str, Any]:
         """What the client is told: the batch id and each task's issue number so far."""
@@ -223,9 +248,12 @@ class Intake(UsesForge):
         """
         return self._open(self.store.get_batch(batch_id), [], False)
 
-    def _open(self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool) -> int:
+    def _open(
+        self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool, mark_done: bool = True
+    ) -> int:
         """`tasks` may be given to save reading them; `fresh` means the batch was recorded
-        just now, so no earlier attempt can have created issues."""
+        just now, so no earlier attempt can have created issues; `mark_done=False` leaves
+        `intake_done` to `filed`."""
         if batch.intake_done or batch.status != BatchStatus.RUNNING or batch.cancel_requested:
             return 0
         with self.store.intake_lease(batch.batch_id) as leased:
@@ -235,9 +263,12 @@ class Intake(UsesForge):
                 batch, tasks = self.store.get_batch(batch.batch_id), []
                 if batch.intake_done or batch.status != BatchStatus.RUNNING:
                     return 0
-            return self._open_leased(batch, tasks or self.store.get_tasks(batch.batch_id), fresh)
+            tasks = tasks or self.store.get_tasks(batch.batch_id)
+            return self._open_leased(batch, tasks, fresh, mark_done)
 
-    def _open_leased(self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool) -> int:
+    def _open_leased(
+        self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool, mark_done: bool
+    ) -> int:
         pending = [t for t in tasks if t.issue_number is None and t.status == TaskStatus.PENDING]
         created: dict[str, int] = {}
         if pending:  # reaching the end below means every pending task now has its issue
@@ -254,7 +285,8 @@ class Intake(UsesForge):
                 pending = [t for t in pending if t.task_id not in found]
             created = self._create_all(batch, pending, label_id)
             log.info("batch %s: created %d issues in %s", batch.batch_id, len(created), batch.repo)
-        self.store.update_batch(batch.batch_id, intake_done=True)
+        if mark_done:
+            self.store.update_batch(batch.batch_id, intake_done=True)
         return len(created)
 
     def _create_all(

@@ -34,9 +34,33 @@ def test_accepted_file_moves_with_receipt(app: App, forge: SandboxForge, funded:
     receipt = read_json(app.inbox.root / "accepted" / "nightly.json.receipt.json")
     assert receipt["batch_id"] == outcome.document["batch_id"]
     assert len(receipt["issues"]) == 2 and all(i["issue_number"] for i in receipt["issues"])
+    batch = app.store.get_batch(receipt["batch_id"])
+    assert batch.filed and batch.intake_done  # stored together, after the receipt
     import hashlib
 
     assert receipt["sha256"] == hashlib.sha256(raw).hexdigest()
+
+
+def test_a_kill_after_the_receipt_leaves_a_resume_that_creates_nothing(
+    app: App, forge: SandboxForge, funded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def killed(*_: Any) -> None:
+        raise SystemExit("killed")  # dies after the receipt and the move, before the write
+
+    monkeypatch.setattr(type(app.intake), "filed", killed)
+    path = _drop(app, "k.json", {"client_id": funded, "tasks": tasks(3)})
+    with pytest.raises(SystemExit):
+        app.inbox.process(path)
+    monkeypatch.undo()
+    receipt = read_json(app.inbox.root / "accepted" / "k.json.receipt.json")
+    batch = app.store.get_batch(receipt["batch_id"])
+    assert not batch.filed and not batch.intake_done
+    forge.clear_requests()
+    assert app.intake.open_issues(batch.batch_id) == 0  # the service's next visit
+    assert forge.requests == []
+    assert app.store.get_batch(batch.batch_id).intake_done
+    numbers = [t.issue_number for t in app.store.get_tasks(batch.batch_id)]
+    assert numbers == [i["issue_number"] for i in receipt["issues"]]
 
 
 def test_per_client_folder_sets_client_and_refuses_another(app: App, funded: str) -> None:

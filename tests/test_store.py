@@ -101,6 +101,26 @@ def test_emitted_batches_leave_the_index_but_stay_visible(
     assert len(app.store.ledger(funded)) == 4
 
 
+def test_duplicate_keys_a_crash_left_out_are_written_before_the_batch_is_archived(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    first = app.intake.submit_batch(funded, tasks(1), batch_ref="kept")["batch_id"]
+    keys = app.store.keys_dir / funded
+    assert [p.name for p in keys.iterdir()] == ["ref-kept"]
+    (keys / "ref-kept").unlink()  # a kill after the index write, before the keys
+    again = app.intake.submit_batch(funded, tasks(1), batch_ref="kept")
+    assert again["batch_id"] == first and again["duplicate"] is True  # the live row found it
+    owner, name = app.store.get_batch(first).repo.split("/")
+    for issue in forge.issues(owner, name):
+        forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    app.poller.poll_completed(first)
+    app.delivery.emit(first)
+    assert app.store.list_batches(live_only=True) == []
+    assert (keys / "ref-kept").read_text(encoding="utf-8") == first
+    later = app.intake.submit_batch(funded, tasks(1), batch_ref="kept")
+    assert later["batch_id"] == first and later["duplicate"] is True
+
+
 def test_archive_survives_a_line_cut_short(tmp_path: Path) -> None:
     store = Store(tmp_path)
     ledger = tmp_path / "archive" / "clients" / "x" / "ledger.jsonl"

@@ -137,7 +137,11 @@ class Inbox:
                 else:
                     batch, client_id = self._parse(path, raw)
                     result = self.intake.accept(
-                        batch, client_id, source=str(path.relative_to(self.root)), sha256=sha256
+                        batch,
+                        client_id,
+                        source=str(path.relative_to(self.root)),
+                        sha256=sha256,
+                        mark_done=False,  # stored with `filed`, after the receipt
                     )
             except BatchRejected as exc:
                 return self._reject(folder_fd, path, exc, sha256, fd)
@@ -274,7 +278,7 @@ class Inbox:
         }
         final = file_away(folder_fd, path, "accepted", receipt, fd)
         if final is not None and not result.get("duplicate") and not result.get("cancel"):
-            self.store.update_batch(result["batch_id"], filed=True)
+            self.intake.filed(result)
         log.info(
             "file %s: accepted as batch %s%s",
             shown(path),

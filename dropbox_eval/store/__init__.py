@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import NotFoundError, StoreError
@@ -39,6 +40,7 @@ from .tasks import Signature
 
 __all__ = ["AtomicJSONStorage", "Store", "append_lines"]
 CACHED_TASKS = 20_000  # parsed tasks kept while their files are unchanged (memory-bounded)
+_BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-beside")
 
 
 class Store(ClientStore):
@@ -48,19 +50,38 @@ class Store(ClientStore):
         self, batch: BatchRecord, tasks: list[TaskRecord], hold: LedgerEntry | None = None
     ) -> None:
         """Write the tasks (one write for all) and the batch record, then its index row and
-        hold in one atomic write, then its duplicate keys.
+        hold in one atomic write. Its duplicate keys follow (`write_keys`).
 
         A crash before the index write leaves only unreferenced files, never a batch without
-        its hold; until the keys exist, duplicates are found in the (live) index rows.
+        its hold. The two files (and the batch's lease file) are written side by side, their
+        fsyncs overlapping: nothing reads them before the index names the batch.
         """
         with self.locked():
-            self.tasks.create(batch.batch_id, [_dump(t) for t in tasks])
-            write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [_dump(batch)])
+            rows = [_dump(t) for t in tasks]
+            beside = [
+                _BESIDE.submit(self.tasks.create, batch.batch_id, rows),
+                _BESIDE.submit(self._new_lease, batch.batch_id),
+            ]
+            try:
+                write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [_dump(batch)])
+            finally:
+                for future in beside:
+                    future.result()
             with self._index_change() as data:
                 _insert(data["batches"], _summary(batch))
                 if hold is not None:
                     _post(data, hold)
-            self._write_keys(batch)
+
+    def write_keys(self, batch: BatchRecord, *, missing_only: bool = False) -> None:
+        """Write a recorded batch's duplicate keys (sha256 of the bytes, batch_ref).
+
+        Not needed before the forge work starts: while a batch is live its index row finds
+        its duplicates, and `archive` writes any key a crash left out before the row goes.
+        """
+        for key in _keys(batch.sha256, batch.batch_ref):
+            path = self.keys_dir / batch.client_id / key
+            if not (missing_only and path.exists()):
+                write_atomically(path, batch.batch_id)
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""
@@ -129,13 +150,15 @@ class Store(ClientStore):
         return batch
 
     def archive(self, batch: BatchRecord) -> None:
-        """Move an emitted batch out of the index: append to the archive first, then drop
-        its row and ledger entries and count it in one write, then move its files out of
-        the live folders (idempotent; readers dedupe)."""
+        """Move an emitted batch out of the index: write any duplicate key it lacks and
+        append to the archive first, then drop its row and ledger entries and count it in
+        one write, then move its files out of the live folders (idempotent; readers
+        dedupe)."""
         with self._index_change() as data:
             if not any(r["batch_id"] == batch.batch_id for r in data["batches"].values()):
                 return  # archived already (a re-emit)
             self._ensure_totals(data)
+            self.write_keys(batch, missing_only=True)  # the row found duplicates until now
             entries = {
                 k: e for k, e in data["ledger"].items() if e.get("batch_id") == batch.batch_id
             }
@@ -270,10 +293,6 @@ class Store(ClientStore):
 
         found = self.list_batches(same, live_only=True)  # a crash before the keys were written
         return str(found[0]["batch_id"]) if found else None
-
-    def _write_keys(self, batch: BatchRecord) -> None:
-        for key in _keys(batch.sha256, batch.batch_ref):
-            write_atomically(self.keys_dir / batch.client_id / key, batch.batch_id)
 
 
 _SUMMARY_FIELDS = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -14,6 +15,7 @@ from filelock import FileLock, Timeout
 from tinydb import TinyDB
 
 from ..errors import NoState, StoreError
+from ..locks import SharedLock
 from ..models import TaskRecord
 from .archive import Archive
 from .files import AtomicJSONStorage, unlink_quietly
@@ -37,7 +39,7 @@ class StoreBase:
         self.leases_dir = state_dir / "leases"
         self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
         self.archive_rows = Archive(self.archive_dir)
-        self._lock = FileLock(str(state_dir / "store.lock"))
+        self._lock = SharedLock(state_dir / "store.lock")
         self._cache: OrderedDict[str, tuple[Signature, list[TaskRecord]]] = OrderedDict()
         self._cache_lock = threading.Lock()
         if read_only:
@@ -71,6 +73,12 @@ class StoreBase:
             for lease in self.leases_dir.glob("*.lock"):
                 if lease.stem not in live:
                     unlink_quietly(lease)
+
+    def _new_lease(self, batch_id: str) -> None:
+        """Create a new batch's lease file, so that taking the lease only opens it (filelock
+        creates a lock file after probing its folder with a temporary file)."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(self.leases_dir / f"{batch_id}.lock", flags, 0o666))
 
     @contextlib.contextmanager
     def intake_lease(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:

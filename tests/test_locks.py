@@ -1,0 +1,95 @@
+"""SharedLock: exclusive across threads and processes, re-entrant within a thread."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dropbox_eval.locks import SharedLock, Timeout
+
+HOLD_SCRIPT = """
+import sys
+from filelock import FileLock
+with FileLock(sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_threads_of_one_process_exclude_each_other_and_reenter(tmp_path: Path) -> None:
+    lock = SharedLock(tmp_path / "x.lock", timeout=0)
+    seen: list[str] = []
+
+    def other() -> None:
+        try:
+            with lock:
+                seen.append("taken")
+        except Timeout:
+            seen.append("refused")
+
+    with lock, lock:  # re-entrant in the holding thread
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert seen == ["refused"]
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert seen == ["refused", "taken"]
+
+
+def test_a_waiting_thread_gets_the_lock_when_the_holder_releases(tmp_path: Path) -> None:
+    lock = SharedLock(tmp_path / "x.lock")
+    order: list[str] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with lock:
+            holding.set()
+            release.wait(10)
+            order.append("holder done")
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert holding.wait(10)
+
+    def waiter() -> None:
+        with lock:
+            order.append("waiter in")
+
+    second = threading.Thread(target=waiter)
+    second.start()
+    release.set()
+    second.join(10)
+    first.join(10)
+    assert order == ["holder done", "waiter in"]
+
+
+def test_another_process_holding_the_file_makes_a_bounded_wait_time_out(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.lock"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_SCRIPT, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        lock = SharedLock(path, timeout=0.2)
+        with pytest.raises(Timeout), lock:
+            pass
+        assert lock._threads.acquire(blocking=False)  # a timeout leaves nothing held
+        lock._threads.release()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    with SharedLock(path, timeout=5):  # free again once the other process let go
+        pass
