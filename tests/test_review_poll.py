@@ -101,3 +101,23 @@ def test_an_issue_whose_marker_names_another_live_batch_is_still_found(
     for _ in range(3):
         service.poll_cycle()  # incremental cycles (full every 10th)
     assert app.store.get_tasks(first)[0].status == TaskStatus.PASSED
+
+
+def test_a_closure_after_the_count_does_not_hide_a_deleted_issue(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    """Found one full cycle late today: the count predates the closure the listing shows."""
+    app = build_app(settings.model_copy(update={"repo": f"{forge.user}/race"}))
+    app.billing.add_client("acme", 100)
+    batch_id = app.intake.submit_batch("acme", tasks(3))["batch_id"]
+    Service(app).poll_cycle()
+    first, second, _ = app.store.get_tasks(batch_id)
+    forge.delete_issue(forge.user, "race", first.issue_number or 0)
+    assert app.gitea is not None
+    count = app.gitea.open_counts(forge.user)[f"{forge.user}/race"]  # the scout counts ...
+    # ... and the lane closes another issue before this repo's visit lists it
+    number = second.issue_number or 0
+    forge.finish_issue(forge.user, "race", number, comment="ok", labels=["eval-pass"])
+    app.poller.poll_batches([batch_id], full=True, open_count=count)
+    statuses = [t.status for t in app.store.get_tasks(batch_id)]
+    assert statuses[:2] == [TaskStatus.MISSING, TaskStatus.PASSED], statuses
