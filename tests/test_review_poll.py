@@ -121,3 +121,23 @@ def test_a_closure_after_the_count_does_not_hide_a_deleted_issue(
     app.poller.poll_batches([batch_id], full=True, open_count=count)
     statuses = [t.status for t in app.store.get_tasks(batch_id)]
     assert statuses[:2] == [TaskStatus.MISSING, TaskStatus.PASSED], statuses
+
+
+def test_per_batch_repos_with_a_full_poll_every_cycle_still_search(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    app = build_app(settings.model_copy(update={"full_poll_every": 1}))
+    app.billing.add_client("acme", 100)
+    ids = [
+        app.intake.submit_batch("acme", tasks(1), batch_ref=f"b{n}")["batch_id"] for n in range(2)
+    ]
+    service = Service(app)
+    service.poll_cycle()
+    service.poll_cycle()  # a search: the counts alone would come next
+    repo = app.store.get_batch(ids[1]).repo.split("/", 1)[1]
+    forge.state.create_issue(forge.user, repo, forge.user, "a question about this eval")
+    number = app.store.get_tasks(ids[1])[0].issue_number or 0
+    forge.finish_issue(forge.user, repo, number, comment="ok", labels=["eval-pass"])
+    for _ in range(3):
+        service.poll_cycle()
+    assert app.store.get_tasks(ids[1])[0].status == TaskStatus.PASSED
