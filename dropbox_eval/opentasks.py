@@ -65,6 +65,10 @@ class OpenTasks:
             self.load_all()
         elif mark[0] in self.batches:
             self.load(mark[0])
+            if not any(
+                t.task_id == mark[1] and t.issue_number == issue.number for t in self.tasks[mark[0]]
+            ):
+                self.load_all()  # the marker names another issue's task: look everywhere
         return self._by_number.get(issue.number)
 
     def get(self, number: int) -> Owner | None:

@@ -67,6 +67,9 @@ class Poller(UsesForge):
         self.settings = settings
         self.settler = settler
         self._checked: set[str] = set()  # batches whose counters agreed with their tasks
+        # batches whose last full visit trusted the count and listed nothing: the count also
+        # holds open issues of no polled batch, so the next visit of these must list
+        self._unlisted: set[str] = set()
         self.rules = VerdictRules(
             labels={name: TaskStatus(s) for name, s in settings.label_results.items()},
             merged=TaskStatus(settings.merged_status),
@@ -115,6 +118,9 @@ class Poller(UsesForge):
             listed_at = self._list_closed(batches, open_tasks, listing, changes, unread)
             if listed_at is _NOT_LISTED:  # the count agreed: the next poll covers this one
                 unread.update(b.batch_id for b in batches)
+                self._unlisted.update(b.batch_id for b in batches)
+            else:
+                self._unlisted.difference_update(b.batch_id for b in batches)
             started = listed_at or started
         for batch in batches:
             changed = changes[batch.batch_id]
@@ -161,7 +167,11 @@ class Poller(UsesForge):
             if count is None:  # counting by label merges duplicate labels first
                 count = self.gitea.count_issues(repo, state="open", labels=self.settings.task_label)
                 repair = False
-            if since is not None and count >= unsettled == open_tasks.open():
+            if (
+                since is not None
+                and count >= unsettled == open_tasks.open()
+                and self._may_skip(batches)
+            ):
                 return _NOT_LISTED  # nothing closed or vanished, nothing settling
         listed_at = None
         closed: set[int] = set()
@@ -181,6 +191,14 @@ class Poller(UsesForge):
         ):
             changes[batch.batch_id][task.task_id] = change
         return self.gitea.listed_at or listed_at
+
+    def _may_skip(self, batches: list[BatchRecord]) -> bool:
+        """Whether a later visit of this process will list what a skip leaves out: only
+        batches it listed before (not a `run --once`), never twice in a row (not with
+        `full_poll_every` 1)."""
+        return all(
+            b.batch_id in self._checked and b.batch_id not in self._unlisted for b in batches
+        )
 
     def _collect_closed(
         self,

@@ -51,6 +51,7 @@ class ChangeScout:
     searched_at: datetime | None = None
     # repo -> forge time up to which its changes are known (polled, or searched clean)
     known: dict[str, datetime] = field(default_factory=dict)
+    counted: bool = False  # the last cycle asked the counts instead of searching
 
     def plan(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit]:
         """The visits of one cycle: repo -> Visit; repos left out need no request."""
@@ -63,8 +64,12 @@ class ChangeScout:
             return {repo: Visit(full=full) for repo in batches}
         gitea = self.app.settings.forge_client(self.app.gitea)
         owner = self.app.settings.require_owner()
-        if full:
+        # a count cannot show a closure when another open issue keeps it up: skip the search
+        # only when a later search of this process covers this cycle (not `run --once`)
+        if full and self.searched_at is not None and not self.counted:
+            self.counted = True
             return self._reconcile(batches, gitea.open_counts(owner))
+        counts = gitea.open_counts(owner) if full else None
         label = self.app.settings.task_label
         gitea.listed_at = None
         found: dict[str, list[ForgeIssue]] = {}
@@ -82,7 +87,10 @@ class ChangeScout:
             elif issues or any(_own_work(b) for b in repo_batches):
                 plan[repo] = Visit((issues, searched_at))
             known[repo] = searched_at
-        self.searched_at, self.known = searched_at, known
+            count = counts.get(repo.casefold(), 0) if counts is not None else None
+            if count is not None and count < self._expected(repo_batches, issues):
+                plan[repo] = Visit(full=True, open_count=count)  # an issue vanished
+        self.searched_at, self.known, self.counted = searched_at, known, False
         return plan
 
     def _reconcile(
