@@ -31,9 +31,11 @@ from .forgewire import (
     ForgeIssue,
     ForgePull,
     ForgeTimelineEntry,
+    json_body,
     parse_issue,
     parse_model,
     rfc3339,
+    server_time,
 )
 
 __all__ = ["PAGE_LIMIT", "ForgeIssue", "ForgePull", "ForgeTimelineEntry", "GiteaClient"]
@@ -242,16 +244,20 @@ class GiteaClient(ForgeTransport):
 
     def open_counts(self, owner: str) -> dict[str, int]:
         """Open issues (pull requests not counted) of each repo of `owner`, case-folded
-        `owner/name` -> count: one request per 50 repos (`/repos/search`)."""
+        `owner/name` -> count: one request per 50 repos (`/repos/search`). Sets `listed_at`
+        to the forge's time of the first page."""
         uid = self._owner_id(owner)
         counts: dict[str, int] = {}
         page = 1
         while True:
-            found = self._request(
+            response = self._retrying_send(
                 "GET",
                 "/repos/search",
                 params={"uid": uid, "exclusive": "true", "page": page, "limit": PAGE_LIMIT},
             )
+            if page == 1:
+                self.listed_at = server_time(response)
+            found = json_body(response)
             repos = found.get("data") if isinstance(found, dict) else None
             if not isinstance(repos, list):
                 raise ForgePermanent("GET /repos/search: expected {data: [...]}")
@@ -269,7 +275,8 @@ class GiteaClient(ForgeTransport):
 
     def count_issues(self, repo: str, *, state: str, labels: str) -> int:
         """How many issues match, from `X-Total-Count` of a one-item page (one request, two
-        when the answer is 0 and duplicate labels had to be merged first)."""
+        when the answer is 0 and duplicate labels had to be merged first). Sets `listed_at`
+        to the forge's time of the count."""
         count = self._count(repo, state, labels)
         if count == 0 and self._repair_labels(repo, _label_names(labels)):
             count = self._count(repo, state, labels)
@@ -281,6 +288,7 @@ class GiteaClient(ForgeTransport):
             f"/repos/{repo}/issues",
             params={"state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1},
         )
+        self.listed_at = server_time(response)
         try:
             return int(response.headers["X-Total-Count"])
         except (KeyError, ValueError) as exc:

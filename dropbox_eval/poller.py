@@ -41,6 +41,7 @@ log = logging.getLogger("dropbox_eval")
 SINCE_OVERLAP = timedelta(seconds=1)
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
+Counted = tuple[int, "datetime | None"]  # a repo's open issues, the forge time of the count
 
 
 _NOT_LISTED = datetime.min.replace(tzinfo=UTC)
@@ -52,7 +53,7 @@ class _Listing:
 
     full: bool
     probe: bool
-    open_count: int | None
+    open_count: Counted | None
     listed: Listed | None
 
 
@@ -87,7 +88,7 @@ class Poller(UsesForge):
         full: bool = False,
         probe: bool = True,
         listed: Listed | None = None,
-        open_count: int | None = None,
+        open_count: Counted | None = None,
     ) -> dict[str, list[str]]:
         """Poll running batches that share one repo with a single paged listing.
 
@@ -129,6 +130,7 @@ class Poller(UsesForge):
             if tasks is None:  # no listed issue was its: its counters stand
                 self.store.update_batch(batch.batch_id, last_polled_at=polled_at)
                 continue
+            self._checked.discard(batch.batch_id)  # until its counters are written again
             self.store.update_tasks(batch.batch_id, changed)
             for task_id, change in changed.items():
                 _log_change(batch.batch_id, task_id, change)
@@ -160,13 +162,13 @@ class Poller(UsesForge):
         polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
         since = min(polled) - SINCE_OVERLAP if len(polled) == len(batches) else None
         unsettled = open_tasks.unsettled()
-        count = listing.open_count
+        count, counted_at = listing.open_count or (None, None)
         repair = True  # an empty listing without `since` may mean duplicate labels
         self.gitea.listed_at = None
         if full and listing.probe:
             if count is None:  # counting by label merges duplicate labels first
                 count = self.gitea.count_issues(repo, state="open", labels=self.settings.task_label)
-                repair = False
+                counted_at, repair = self.gitea.listed_at, False
             if (
                 since is not None
                 and count >= unsettled == open_tasks.open()
@@ -174,20 +176,24 @@ class Poller(UsesForge):
             ):
                 return _NOT_LISTED  # nothing closed or vanished, nothing settling
         listed_at = None
-        closed: set[int] = set()
+        closed: dict[int, datetime | None] = {}  # open tasks' issues listed closed: closed_at
         if not full or listing.probe:
             for (batch, task), change in self._collect_closed(
                 repo, open_tasks, since, False, unread, closed=closed, repair=repair
             ):
                 changes[batch.batch_id][task.task_id] = change
             listed_at = self.gitea.listed_at
-            unsettled -= sum(1 for n in closed if _unsettled(open_tasks.get(n)))
+            unsettled -= sum(  # a closure after the count must not hide a deleted issue
+                1
+                for n, closed_at in closed.items()
+                if _unsettled(open_tasks.get(n)) and _before(closed_at, counted_at)
+            )
             if count is None or count >= unsettled:
                 return listed_at
         # an issue vanished: list every issue, check the ones the listing cannot see
         open_tasks.load_all()
         for (batch, task), change in self._collect_closed(
-            repo, open_tasks, None, True, unread, skip=closed
+            repo, open_tasks, None, True, unread, skip=set(closed)
         ):
             changes[batch.batch_id][task.task_id] = change
         return self.gitea.listed_at or listed_at
@@ -209,7 +215,7 @@ class Poller(UsesForge):
         unread: set[str],
         listed: list[ForgeIssue] | None = None,
         *,
-        closed: set[int] | None = None,
+        closed: dict[int, datetime | None] | None = None,
         skip: set[int] | None = None,
         repair: bool = True,
     ) -> Iterator[tuple[Owner, dict[str, Any]]]:
@@ -232,7 +238,7 @@ class Poller(UsesForge):
             if owner is None:
                 continue
             if closed is not None and issue.state == "closed":
-                closed.add(issue.number)
+                closed[issue.number] = issue.closed_at
             try:
                 change = self.observe(repo, owner[1], issue)
             except ForgeError as exc:
@@ -378,6 +384,14 @@ def _log_change(batch_id: str, task_id: str, change: dict[str, Any]) -> None:
 def ended(status: TaskStatus, why: str) -> dict[str, Any]:
     """The change that finishes a task without the lane's verdict."""
     return {"status": status, "result": TaskResult(summary=why), "finished_at": utcnow()}
+
+
+def _before(moment: datetime | None, mark: datetime | None) -> bool:
+    """Whether `moment` is no later than `mark`; without a mark, everything is. The forge
+    counts whole seconds: a closure in the count's own second is taken as counted (else
+    every quick closure would cost a full listing); a deletion it hides is found by the
+    next full cycle."""
+    return mark is None or (moment is not None and moment <= mark)
 
 
 def _unsettled(owner: Owner | None) -> bool:

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from .app import App
 from .forge import ForgeIssue
 from .models import BatchRecord, TaskStatus, utcnow
-from .poller import LOCAL_CLOCK_MARGIN, Listed
+from .poller import LOCAL_CLOCK_MARGIN, Counted, Listed
 from .schedule import is_due
 
 SEARCH_OVERLAP = timedelta(seconds=10)
@@ -40,7 +40,7 @@ class Visit:
     listed: Listed | None = None
     full: bool = False
     probe: bool = True  # a full visit first asks the repo's count (unless already known)
-    open_count: int | None = None  # the repo's open issues, when the scout counted them
+    open_count: Counted | None = None  # the repo's open issues when the scout counted them
 
 
 @dataclass
@@ -68,8 +68,10 @@ class ChangeScout:
         # only when a later search of this process covers this cycle (not `run --once`)
         if full and self.searched_at is not None and not self.counted:
             self.counted = True
-            return self._reconcile(batches, gitea.open_counts(owner))
+            every = gitea.open_counts(owner)
+            return self._reconcile(batches, every, gitea.listed_at)
         counts = gitea.open_counts(owner) if full else None
+        counted_at = gitea.listed_at
         label = self.app.settings.task_label
         gitea.listed_at = None
         found: dict[str, list[ForgeIssue]] = {}
@@ -80,21 +82,24 @@ class ChangeScout:
         known: dict[str, datetime] = {}
         for repo, repo_batches in batches.items():
             issues = found.get(repo.casefold(), [])
-            if not self._covered(
-                repo, repo_batches, since
-            ):  # changes before the search's window: list the repo
+            covered = self._covered(repo, repo_batches, since)
+            if not covered:  # changes before the search's window: list the repo
                 plan[repo] = Visit()
             elif issues or any(_own_work(b) for b in repo_batches):
                 plan[repo] = Visit((issues, searched_at))
-            known[repo] = searched_at
+            else:  # searched clean; a visited repo's batches record their own poll
+                known[repo] = searched_at
             count = counts.get(repo.casefold(), 0) if counts is not None else None
             if count is not None and count < self._expected(repo_batches, issues):
-                plan[repo] = Visit(full=True, open_count=count)  # an issue vanished
+                plan[repo] = Visit(full=True, open_count=(count, counted_at))  # one vanished
         self.searched_at, self.known, self.counted = searched_at, known, False
         return plan
 
     def _reconcile(
-        self, batches: dict[str, list[BatchRecord]], counts: dict[str, int]
+        self,
+        batches: dict[str, list[BatchRecord]],
+        counts: dict[str, int],
+        counted_at: datetime | None,
     ) -> dict[str, Visit]:
         """The full cycle's visits: repos counting fewer open issues than the store holds
         open (the poller explains the difference), and repos with work of their own."""
@@ -102,7 +107,7 @@ class ChangeScout:
         for repo, repo_batches in batches.items():
             count = counts.get(repo.casefold(), 0)
             if count < self._expected(repo_batches, []) or any(map(_own_work, repo_batches)):
-                plan[repo] = Visit(full=True, open_count=count)
+                plan[repo] = Visit(full=True, open_count=(count, counted_at))
         return plan
 
     def _covered(self, repo: str, batches: list[BatchRecord], since: datetime | None) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
+import pytest
 from conftest import tasks, wait_for
 
 from dropbox_eval.app import App, build_app
@@ -118,3 +120,22 @@ def test_a_change_the_indexer_had_not_seen_yet_is_found_by_the_next_search(
         return app.store.get_tasks(ids[0])[0].status == TaskStatus.PASSED
 
     assert wait_for(found, 5)
+
+
+def test_a_closure_whose_read_failed_is_listed_once_the_search_window_passed_it(
+    settings: Settings, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dropbox_eval.scout.SEARCH_OVERLAP", timedelta(0))  # no second look
+    app, service, ids = _start(settings, forge, 3)
+    for _ in range(3):  # cycles 2 and 3 search, cycle 4 is full
+        service.poll_cycle()
+    _close(app, forge, ids[1], 0, "eval-pass")
+    number = app.store.get_tasks(ids[1])[0].issue_number
+    forge.fail_next(20, 502, path_contains=f"/issues/{number}/timeline")
+    time.sleep(1.1)  # the forge's clock moves on: the next search starts after the closure
+    service.poll_cycle()  # cycle 5: the search shows it, reading its result fails
+    assert app.store.get_tasks(ids[1])[0].status == TaskStatus.OPEN
+    forge.state.faults.clear()
+    time.sleep(1.1)
+    service.poll_cycle()  # cycle 6: the search's window no longer holds the closure
+    assert app.store.get_tasks(ids[1])[0].status == TaskStatus.PASSED
