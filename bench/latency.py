@@ -9,7 +9,12 @@ measured with the default quiet period (1 s) and with 0.05 s. For context, drops
 in place (`bN.json` opened, written, fsynced, closed; the clock starts at the close) still
 wait the default quiet period.
 
-    python bench/latency.py [--drops 20] [--tasks 10] [--json]
+Then, with 40 ms of forge latency (see `_push.py`): lane closes an issue -> result stored
+with webhooks on and a 30 s poll interval; and drop -> receipt of a 10-task batch against
+2 x the round trip + the creation time of its issues.
+
+    python bench/latency.py [--drops 20] [--tasks 10] [--closes 20] [--push-drops 10]
+                            [--delay 0.04] [--json]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
+from _push import push_figures
 
 from dropbox_eval.app import build_app
 from dropbox_eval.sandbox import SandboxForge
@@ -109,6 +115,9 @@ def main() -> None:
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--drops", type=int, default=20)
     args_parser.add_argument("--tasks", type=int, default=10)
+    args_parser.add_argument("--closes", type=int, default=20)
+    args_parser.add_argument("--push-drops", type=int, default=10)
+    args_parser.add_argument("--delay", type=float, default=0.04)
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("latency", command_line())
@@ -145,6 +154,7 @@ def main() -> None:
         "variant; Service.run in a thread with the inotify observer; "
         "in-process SandboxForge; state on local disk"
     )
+    push_figures(result, args.closes, args.push_drops, args.delay)
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 

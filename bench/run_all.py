@@ -24,9 +24,8 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "intake": ([], ["--tasks", "1000", "--pairs", "2"]),
     "poll": ([], ["--tasks", "1000", "--batches", "4", "--batch-tasks", "50"]),
     "history": ([], ["--batches", "40", "--listing-large", "200"]),
-    "latency": ([], ["--drops", "5"]),
+    "latency": ([], ["--drops", "5", "--closes", "5", "--push-drops", "3"]),
     "isolation": ([], ["--drops", "8"]),
-    "push": ([], ["--closes", "5", "--drops", "3"]),
     "metrics": ([], ["--large", "200"]),
     "sftp": ([], ["--drops", "5"]),
     "rss": (
