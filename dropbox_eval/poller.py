@@ -40,6 +40,7 @@ log = logging.getLogger("dropbox_eval")
 # second covers its whole-second precision; our clock is used only without a Date header.
 SINCE_OVERLAP = timedelta(seconds=1)
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
+COUNT_SKEW = timedelta(seconds=3)
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 Counted = tuple[int, "datetime | None"]  # a repo's open issues, the forge time of the count
 
@@ -387,11 +388,12 @@ def ended(status: TaskStatus, why: str) -> dict[str, Any]:
 
 
 def _before(moment: datetime | None, mark: datetime | None) -> bool:
-    """Whether `moment` is no later than `mark`; without a mark, everything is. The forge
-    counts whole seconds: a closure in the count's own second is taken as counted (else
-    every quick closure would cost a full listing); a deletion it hides is found by the
-    next full cycle."""
-    return mark is None or (moment is not None and moment <= mark)
+    """Whether `moment` (an issue's `closed_at`) may be before `mark` (the count's `Date`);
+    without a mark, everything is. The two clocks are whole seconds and need not agree to
+    the second (a server's cached `Date`, a proxy's own): `COUNT_SKEW` of slack, so a
+    closure just before the count never costs a full listing; a deletion hidden by a
+    closure within it is found by the next full cycle."""
+    return mark is None or (moment is not None and moment <= mark + COUNT_SKEW)
 
 
 def _unsettled(owner: Owner | None) -> bool:

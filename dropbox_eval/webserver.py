@@ -10,12 +10,20 @@ import uvicorn
 
 
 class BackgroundServer:
-    """Serve `app` on host:port (0 = any free port) until `stop`."""
+    """Serve `app` on host:port (0 = any free port) until `stop`. `date_header` False: the
+    app sets `Date` itself (uvicorn's is refreshed once per loop tick and lags under load)."""
 
     def __init__(
-        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, name: str = "http-server"
+        self,
+        app: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        name: str = "http-server",
+        date_header: bool = True,
     ) -> None:
         self.app = app
+        self.date_header = date_header
         self.host = host
         self.port = port
         self.name = name
@@ -30,7 +38,12 @@ class BackgroundServer:
     def start(self, timeout: float = 10.0) -> str:
         """Start serving and wait until the socket is bound; returns the URL."""
         config = uvicorn.Config(
-            self.app, host=self.host, port=self.port, log_level="warning", access_log=False
+            self.app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            date_header=self.date_header,
         )
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, name=self.name, daemon=True)

@@ -11,6 +11,7 @@ from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
 from dropbox_eval.markers import issue_body
 from dropbox_eval.models import BatchStatus, TaskSpec, TaskStatus
+from dropbox_eval.poller import COUNT_SKEW
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 
@@ -121,7 +122,7 @@ def test_a_closure_after_the_count_does_not_hide_a_deleted_issue(
     counted = (count, app.gitea.listed_at)
     # ... and the lane closes another issue before this repo's visit lists it (in a later
     # second: the forge's clock has whole seconds)
-    time.sleep(1.1)
+    time.sleep(COUNT_SKEW.total_seconds() + 1.1)
     number = second.issue_number or 0
     forge.finish_issue(forge.user, "race", number, comment="ok", labels=["eval-pass"])
     app.poller.poll_batches([batch_id], full=True, open_count=counted)

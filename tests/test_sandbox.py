@@ -6,6 +6,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import pytest
@@ -405,3 +406,15 @@ def test_control_validation_errors_are_gitea_shaped(sandbox: SandboxForge) -> No
     response = requests.post(f"{sandbox.url}/_sandbox/delay", json={"seconds": "soon"}, timeout=5)
     assert response.status_code == 422
     assert set(response.json()) == {"message", "url"}
+
+
+def test_the_date_header_is_the_clock_at_answer_time_and_sent_once(forge: SandboxForge) -> None:
+    # uvicorn's own Date is refreshed once per loop tick and lags under load; Gitea's is
+    # taken per answer, and `since` and settling are measured against it
+    before = time.time()
+    answer = requests.get(f"{forge.url}/api/v1/version", timeout=10)
+    after = time.time()
+    raw = answer.raw.headers.getlist("Date")
+    assert len(raw) == 1
+    stamp = parsedate_to_datetime(raw[0]).timestamp()
+    assert int(before) <= stamp <= after

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from email.utils import formatdate
 
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,6 +29,8 @@ class ApiMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection scope."""
         path: str = scope.get("path", "")
+        if scope["type"] == "http":
+            send = _dated(send)
         if scope["type"] != "http" or not _is_api(path):
             await self.app(scope, receive, send)
             return
@@ -79,6 +83,20 @@ class ApiMiddleware:
             return None, "token is required"
         login = self.state.login_for_token(parts[1])
         return login, "user does not exist [uid: 0, name: ]"
+
+
+def _dated(send: Send) -> Send:
+    """Adds `Date` from the clock at the moment of answering, as Gitea's Go server does
+    (the forge's clock is what `since` and settling are measured against)."""
+
+    async def dated_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            stamp = formatdate(time.time(), usegmt=True).encode("latin-1")
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
+            message = {**message, "headers": [*headers, (b"date", stamp)]}
+        await send(message)
+
+    return dated_send
 
 
 def _is_api(path: str) -> bool:

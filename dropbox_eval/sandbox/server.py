@@ -74,7 +74,7 @@ class SandboxForge:
         if self._server is not None:
             return self
         app = create_app(self.state, self.lane)
-        server = BackgroundServer(app, port=self.port, name="sandbox-forge")
+        server = BackgroundServer(app, port=self.port, name="sandbox-forge", date_header=False)
         self.url = server.start()
         self._server, self.port = server, server.port
         self.state.base_url = self.url
