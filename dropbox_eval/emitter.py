@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,12 +29,19 @@ from tenacity import (
     wait_exponential,
 )
 from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import HTTPError, NewConnectionError
+from urllib3.exceptions import (
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    SSLError,
+)
+from urllib3.exceptions import TimeoutError as HTTPTimeout
 
 from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
 from .fileio import write_atomically
 from .models import utcnow
+from .redact import shown_url
 
 CALLBACK_ATTEMPTS = 3
 
@@ -58,6 +66,28 @@ class FileEmitter:
         path = (folder or self.outbox) / f"{report['batch_id']}.json"
         write_atomically(path, report_bytes(report))
         return path
+
+
+def why_unreachable(error: HTTPError) -> str:
+    """A network failure in plain words: no library class names, addresses or errno."""
+    cause = error.__cause__ or error.__context__
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    # NewConnectionError subclasses urllib3's TimeoutError: only a real timeout says so
+    timed_out = isinstance(error, HTTPTimeout) and not isinstance(error, NewConnectionError)
+    if timed_out or isinstance(cause, TimeoutError):
+        return "timed out"
+    tls = next((e for e in (cause, *error.args) if isinstance(e, ssl.SSLError)), None)
+    if isinstance(error, SSLError) or tls is not None:
+        code = str(getattr(tls, "reason", None) or "").replace("_", " ").lower()
+        reason = getattr(tls, "verify_message", None) or code
+        return f"TLS error: {reason or tls or 'handshake failed'}"
+    if isinstance(cause, ConnectionResetError) or isinstance(error, ProtocolError):
+        return "the connection was dropped"
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
+    message = str(error.args[-1]) if error.args else ""  # NewConnectionError(conn, message)
+    return message.rpartition(": ")[2] or type(error).__name__
 
 
 class _PinnedHTTPConnection(HTTPConnection):
@@ -126,18 +156,19 @@ class WebhookEmitter:
         try:
             status: int = retrying(self._post_once, target, payload, webhook_id, secret)
         except _RetryableDelivery as exc:
-            raise DeliveryError(f"{exc} (after {self.attempts} attempts)") from exc
+            tries = f" ({self.attempts} attempts)" if self.attempts > 1 else ""
+            raise DeliveryError(f"{exc}{tries}") from exc
         return status
 
     def _post_once(
         self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None
     ) -> int:
-        url = target.url
+        url = shown_url(target.url)
         headers = self._headers(target, payload, webhook_id, secret)
         try:
             status = self._send(target, payload.encode(), headers)
         except HTTPError as exc:
-            raise _RetryableDelivery(f"callback {url} unreachable: {exc}") from exc
+            raise _RetryableDelivery(f"callback {url} unreachable: {why_unreachable(exc)}") from exc
         if status == 429 or status >= 500:
             raise _RetryableDelivery(f"callback {url} answered {status}")
         if status >= 300:
@@ -189,7 +220,9 @@ class WebhookEmitter:
             finally:
                 pool.close()
         if error is None:
-            raise DeliveryError(f"callback {target.url}: no checked address to connect to")
+            raise DeliveryError(
+                f"callback {shown_url(target.url)}: no checked address to connect to"
+            )
         raise error
 
     def _pool(self, target: CallbackTarget, address: str) -> urllib3.HTTPConnectionPool:
@@ -237,7 +270,7 @@ class Emitter:
             self.files.write(report, self.undelivered_dir)
             raise
         (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
-        return f"{callback_url} (HTTP {status})"
+        return f"{shown_url(callback_url)} (HTTP {status})"
 
     def _check(self, url: str) -> CallbackTarget:
         """Re-check at delivery time: the name may resolve elsewhere than at intake."""

@@ -1,0 +1,71 @@
+"""Operator-trial defects below the CLI: redacted URLs, plain delivery errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+from pathlib import Path
+
+import pytest
+from conftest import Receiver, read_json, tasks
+
+from dropbox_eval.app import App
+from dropbox_eval.callbacks import CallbackPolicy
+from dropbox_eval.emitter import Emitter, FileEmitter, WebhookEmitter
+from dropbox_eval.errors import DeliveryError
+from dropbox_eval.redact import shown_url
+
+REPORT = {"batch_id": "b-1", "tasks": []}
+
+
+def _emitter(tmp_path: Path) -> Emitter:
+    webhooks = WebhookEmitter(sleep=lambda _: None, timeout=5, attempts=1)
+    return Emitter(FileEmitter(tmp_path / "outbox"), webhooks, CallbackPolicy("127.0.0.1"))
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_shown_url_masks_user_info_only() -> None:
+    assert shown_url("http://user:pw@example.com/h?q=1") == "http://***@example.com/h?q=1"
+    assert shown_url("https://tok@a@example.com:8443") == "https://***@example.com:8443"
+    assert shown_url("http://example.com/a@b") == "http://example.com/a@b"
+    assert shown_url("not a url") == "not a url"
+
+
+def test_a_callback_url_with_credentials_is_never_echoed(
+    app: App, funded: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = app.inbox.root / "cb.json"
+    url = "http://user:s3cret@example.com/h"
+    path.write_text(json.dumps({"client_id": funded, "tasks": tasks(1), "callback_url": url}))
+    with caplog.at_level(logging.DEBUG, logger="dropbox_eval"):
+        assert app.inbox.process(path).status == "rejected"
+    error = read_json(app.inbox.root / "rejected" / "cb.json.error.json")
+    assert error["reason"] == "callback_refused"
+    assert "http://***@example.com/h" in error["message"]
+    stored = (app.settings.state_path / "rejections.jsonl").read_text("utf-8")
+    for where in (json.dumps(error), stored, caplog.text):
+        assert "s3cret" not in where and "user:s" not in where
+
+
+def test_a_refused_connection_is_a_plain_message(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/hook"
+    with pytest.raises(DeliveryError) as caught:
+        _emitter(tmp_path).deliver(REPORT, url)
+    assert str(caught.value) == f"callback {url} unreachable: connection refused"
+
+
+def test_a_tls_failure_is_a_plain_message(tmp_path: Path, receiver: Receiver) -> None:
+    url = receiver.url.replace("http://", "https://")  # a plain-HTTP server behind https
+    with pytest.raises(DeliveryError) as caught:
+        _emitter(tmp_path).deliver(REPORT, url)
+    message = str(caught.value)
+    # the OpenSSL build words the reason ("wrong version number"); plain words either way
+    assert re.fullmatch(rf"callback {re.escape(url)} unreachable: TLS error: [a-z ]+", message)
+    assert "Connection(" not in message and "attempts" not in message
