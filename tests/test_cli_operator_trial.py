@@ -41,6 +41,7 @@ def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch) ->
         if key.startswith(("SAAS_EVAL_", "SANDBOX_")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)
+    monkeypatch.setenv("SAAS_EVAL_SETTLE_SECONDS", "0")  # a closed issue finishes at once
     return Cli(tmp_path, forge)
 
 
@@ -61,3 +62,32 @@ def test_a_bad_sandbox_variable_is_one_line_naming_it_exit_2(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {variable}: "), lines
     assert repr(value) in lines[0]
+
+
+def _finish(cli: Cli, batch_id: str) -> None:
+    owner, name = json.loads(cli("batch", batch_id, "--json").stdout)["repo"].split("/")
+    for issue in cli.forge.issues(owner, name):
+        cli.forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    assert cli("poll", batch_id).exit_code == 0
+    assert cli("emit", batch_id).exit_code == 0
+
+
+def _listed(cli: Cli, *args: str) -> list[str]:
+    result = cli("batches", "--json", *args)
+    assert result.exit_code == 0, result.output
+    return [row["batch_id"] for row in json.loads(result.stdout)]
+
+
+def test_batches_lists_the_newest_created_first_running_or_not(cli: Cli) -> None:
+    cli("clients", "add", "acme", "--credits", "20")
+    old_running = cli.submit(1)
+    old_finished_late = cli.submit(2)
+    newest = cli.submit(3)
+    _finish(cli, newest)  # archived first, though created last
+    _finish(cli, old_finished_late)  # archived last: the end of the archive file
+    assert _listed(cli) == [newest, old_finished_late, old_running]
+    assert _listed(cli, "--limit", "2") == [newest, old_finished_late]
+    assert _listed(cli, "--limit", "1") == [newest]
+    assert _listed(cli, "--all") == [old_running, old_finished_late, newest]
+    refused = cli("batches", "--all", "--limit", "2")
+    assert refused.exit_code == EXIT_USAGE and "--limit" in refused.stderr

@@ -28,6 +28,8 @@ from .output import (
     progress,
 )
 
+PAGE = 50  # `batches` without --limit
+
 
 @click.command()
 @click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
@@ -91,21 +93,28 @@ def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
 )
 @click.option("--client", "client_id", help="Only this client's batches.")
 @click.option(
-    "--limit", type=click.IntRange(1), default=50, show_default=True, help="Newest N batches."
+    "--limit",
+    type=click.IntRange(1),
+    help=f"The newest N batches by creation time, newest first [default: {PAGE}].",
 )
-@click.option("--all", "show_all", is_flag=True, help="Every batch, oldest first.")
+@click.option(
+    "--all", "show_all", is_flag=True, help="Every batch, oldest created first (not with --limit)."
+)
 @json_option
 @click.pass_obj
 def batches(
     obj: Context,
     status_filter: str | None,
     client_id: str | None,
-    limit: int,
+    limit: int | None,
     show_all: bool,
     as_json: bool,
 ) -> None:
-    """List the newest batches: id, client, status, progress, age (reads, writes nothing).
-    The cost follows the page, not the history; `--all` reads the whole history."""
+    """List the newest batches by creation time, newest first (running or not): id, client,
+    status, progress, age (reads, writes nothing). The cost follows the page, not the
+    history; `--all` reads the whole history and lists it oldest first."""
+    if show_all and limit is not None:
+        raise click.UsageError("--all lists every batch: leave out --limit (or drop --all)")
     with friendly_errors():
         store = obj.store()
         if show_all:
@@ -115,7 +124,9 @@ def batches(
                 )
             )
         else:
-            rows = store.page_batches(client_id=client_id, status=status_filter, limit=limit)
+            rows = store.page_batches(
+                client_id=client_id, status=status_filter, limit=limit or PAGE
+            )
         for row in rows:
             if row["status"] in ENDED_EARLY:
                 row["lane_done"] = lane_done(store.get_tasks(row["batch_id"]))
