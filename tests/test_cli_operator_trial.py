@@ -91,3 +91,24 @@ def test_batches_lists_the_newest_created_first_running_or_not(cli: Cli) -> None
     assert _listed(cli, "--all") == [old_running, old_finished_late, newest]
     refused = cli("batches", "--all", "--limit", "2")
     assert refused.exit_code == EXIT_USAGE and "--limit" in refused.stderr
+
+
+def test_clients_show_ledger_has_balance_and_held_after_each_entry(cli: Cli) -> None:
+    cli("clients", "add", "acme", "--credits", "10")
+    _finish(cli, cli.submit(2))  # task_price 1: hold 2, charge 2, release 2
+    shown = cli("clients", "show", "acme")
+    assert shown.exit_code == 0, shown.output
+    header = next(line for line in shown.stdout.splitlines() if "kind" in line)
+    assert "balance after" in header and "held after" in header
+    rows: dict[str, list[str]] = {}
+    for line in shown.stdout.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) == 7 and cells[1] in ("fund", "hold", "charge", "release"):
+            rows[cells[1]] = cells[2:5]  # amount, balance after, held after
+    ledger = json.loads(cli("clients", "show", "acme", "--json").stdout)["ledger"]
+    for entry in ledger:
+        amount = entry["amount"] or entry["held_change"]
+        expected = [str(amount), str(entry["balance_after"]), str(entry["held_after"])]
+        assert rows[entry["kind"]] == expected, (entry, rows)
+    assert rows["hold"][0] != "0" and rows["hold"][2] == rows["charge"][2] != "0"
+    assert rows["release"][2] == "0"
