@@ -112,3 +112,15 @@ def test_clients_show_ledger_has_balance_and_held_after_each_entry(cli: Cli) -> 
         assert rows[entry["kind"]] == expected, (entry, rows)
     assert rows["hold"][0] != "0" and rows["hold"][2] == rows["charge"][2] != "0"
     assert rows["release"][2] == "0"
+
+
+def test_batch_table_shows_attempts_and_next_attempt(cli: Cli) -> None:
+    cli("clients", "add", "acme", "--credits", "10")
+    cli.forge.fail_next(5, 502, path_contains="/issues")
+    batch_id = cli.submit(2)
+    record = json.loads(cli("batch", batch_id, "--json").stdout)
+    assert record["attempts"] >= 1 and record["next_attempt_at"], record
+    shown = cli("batch", batch_id).stdout
+    assert f"attempts: {record['attempts']}" in shown
+    assert f"next attempt: {record['next_attempt_at'][:19]}" in shown
+    assert "last error: " in shown

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,30 @@ def batches(
     console.print(table)
 
 
+def _problems(record: BatchRecord) -> list[str]:
+    """The lines about what went wrong: last errors, attempts so far and the next one."""
+    lines = []
+    if record.failure or record.last_error:
+        lines.append(f"last error: {record.failure or record.last_error}")
+    if record.attempts or record.next_attempt_at:
+        lines.append(
+            f"attempts: {record.attempts} failed in a row  "
+            f"next attempt: {_when(record.next_attempt_at)}"
+        )
+    if record.last_delivery_error:
+        lines.append(f"last delivery error: {record.last_delivery_error}")
+    if record.delivery_attempts:
+        given_up = "- (given up; `emit --force` re-sends)"
+        upcoming = _when(record.next_delivery_at) if record.next_delivery_at else given_up
+        lines.append(f"delivery attempts: {record.delivery_attempts}  next delivery: {upcoming}")
+    return lines
+
+
+def _when(moment: datetime | None) -> str:
+    """A stored time as the table shows it (UTC, to the second), or `-`."""
+    return moment.isoformat()[:19] if moment else "-"
+
+
 def lane_done(tasks: list[TaskRecord]) -> int:
     """Tasks the lane finished (the rest of an early-ended batch was cancelled/expired)."""
     return sum(1 for t in tasks if t.status.is_lane_verdict)
@@ -172,10 +197,8 @@ def batch(obj: Context, batch_id: str, as_json: bool) -> None:
         f"batch {record.batch_id}  client {record.client_id}  status "
         f"[bold]{record.status}[/]  {' '.join(progress(row))}  repo {record.repo}"
     )
-    if record.failure or record.last_error:
-        console.print(f"last error: {record.failure or record.last_error}")
-    if record.last_delivery_error:
-        console.print(f"last delivery error: {record.last_delivery_error}")
+    for line in _problems(record):
+        console.print(line, markup=False)
     table = Table("task", "issue", "status", "summary", "url")
     for task in tasks:
         table.add_row(
