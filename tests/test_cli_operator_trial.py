@@ -124,3 +124,26 @@ def test_batch_table_shows_attempts_and_next_attempt(cli: Cli) -> None:
     assert f"attempts: {record['attempts']}" in shown
     assert f"next attempt: {record['next_attempt_at'][:19]}" in shown
     assert "last error: " in shown
+
+
+def test_a_missing_token_says_to_set_the_token_not_the_url(cli: Cli) -> None:
+    result = cli("run", "--once", env={"SAAS_EVAL_GITEA_TOKEN": None})  # type: ignore[dict-item]
+    assert result.exit_code == EXIT_USAGE
+    message = result.stderr.strip()
+    assert message.startswith("error: SAAS_EVAL_GITEA_TOKEN is not set: set it")
+    assert "SAAS_EVAL_GITEA_TOKEN_FILE" in message and "point it at" not in message
+
+
+def test_adding_an_existing_client_says_how_to_fund_it(cli: Cli) -> None:
+    assert cli("clients", "add", "acme").exit_code == 0
+    again = cli("clients", "add", "acme")
+    assert again.exit_code == 1
+    assert "use `dropbox-eval clients fund acme N` to add credits" in again.stderr
+
+
+def test_a_file_without_client_id_says_where_to_drop_it(cli: Cli) -> None:
+    source = cli.home / "anonymous.json"
+    source.write_text(json.dumps({"tasks": tasks(1)}))
+    result = cli("submit", str(source), "--json")
+    assert result.exit_code == 4
+    assert "or drop the file into inbox/<client_id>/" in result.output
