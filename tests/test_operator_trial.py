@@ -69,3 +69,22 @@ def test_a_tls_failure_is_a_plain_message(tmp_path: Path, receiver: Receiver) ->
     # the OpenSSL build words the reason ("wrong version number"); plain words either way
     assert re.fullmatch(rf"callback {re.escape(url)} unreachable: TLS error: [a-z ]+", message)
     assert "Connection(" not in message and "attempts" not in message
+
+
+@pytest.mark.parametrize(
+    ("title", "expected"),
+    [
+        ("", "should have at least 1 character, not 0"),
+        ("x" * 300, "at most 255 characters, not 300"),
+    ],
+)
+def test_string_length_errors_count_characters(
+    app: App, funded: str, title: str, expected: str
+) -> None:
+    path = app.inbox.root / "long.json"
+    task = {**tasks(1)[0], "title": title}
+    path.write_text(json.dumps({"client_id": funded, "tasks": [task]}))
+    assert app.inbox.process(path).status == "rejected"
+    error = read_json(app.inbox.root / "rejected" / "long.json.error.json")
+    assert error["message"].startswith("tasks.0.title: ") and expected in error["message"]
+    assert "item" not in json.dumps(error)
