@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from click.testing import CliRunner, Result
 from conftest import tasks
 
 from dropbox_eval.cli import main
-from dropbox_eval.errors import EXIT_USAGE
+from dropbox_eval.errors import EXIT_FAILED, EXIT_USAGE
 from dropbox_eval.sandbox import SandboxForge
 
 
@@ -147,3 +148,19 @@ def test_a_file_without_client_id_says_where_to_drop_it(cli: Cli) -> None:
     result = cli("submit", str(source), "--json")
     assert result.exit_code == 4
     assert "or drop the file into inbox/<client_id>/" in result.output
+
+
+def test_run_once_exits_1_when_a_forge_visit_failed(cli: Cli) -> None:
+    cli("clients", "add", "acme", "--credits", "10")
+    cli.submit(1)
+    assert cli("run", "--once").exit_code == 0  # the forge answered: nothing failed
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    failed = cli("run", "--once", "--gitea-url", dead)
+    assert failed.exit_code == EXIT_FAILED, failed.output
+    assert "forge visit(s) failed in this pass" in failed.stderr
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
