@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,18 +28,13 @@ from tenacity import (
     wait_exponential,
 )
 from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import (
-    HTTPError,
-    NewConnectionError,
-    ProtocolError,
-    SSLError,
-)
-from urllib3.exceptions import TimeoutError as HTTPTimeout
+from urllib3.exceptions import HTTPError, NewConnectionError
 
 from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
 from .fileio import write_atomically
 from .models import utcnow
+from .neterrors import plain_reason
 from .redact import shown_url
 
 CALLBACK_ATTEMPTS = 3
@@ -66,28 +60,6 @@ class FileEmitter:
         path = (folder or self.outbox) / f"{report['batch_id']}.json"
         write_atomically(path, report_bytes(report))
         return path
-
-
-def why_unreachable(error: HTTPError) -> str:
-    """A network failure in plain words: no library class names, addresses or errno."""
-    cause = error.__cause__ or error.__context__
-    if isinstance(cause, ConnectionRefusedError):
-        return "connection refused"
-    # NewConnectionError subclasses urllib3's TimeoutError: only a real timeout says so
-    timed_out = isinstance(error, HTTPTimeout) and not isinstance(error, NewConnectionError)
-    if timed_out or isinstance(cause, TimeoutError):
-        return "timed out"
-    tls = next((e for e in (cause, *error.args) if isinstance(e, ssl.SSLError)), None)
-    if isinstance(error, SSLError) or tls is not None:
-        code = str(getattr(tls, "reason", None) or "").replace("_", " ").lower()
-        reason = getattr(tls, "verify_message", None) or code
-        return f"TLS error: {reason or tls or 'handshake failed'}"
-    if isinstance(cause, ConnectionResetError) or isinstance(error, ProtocolError):
-        return "the connection was dropped"
-    if isinstance(cause, OSError) and cause.strerror:
-        return cause.strerror.lower()
-    message = str(error.args[-1]) if error.args else ""  # NewConnectionError(conn, message)
-    return message.rpartition(": ")[2] or type(error).__name__
 
 
 class _PinnedHTTPConnection(HTTPConnection):
@@ -168,7 +140,7 @@ class WebhookEmitter:
         try:
             status = self._send(target, payload.encode(), headers)
         except HTTPError as exc:
-            raise _RetryableDelivery(f"callback {url} unreachable: {why_unreachable(exc)}") from exc
+            raise _RetryableDelivery(f"callback {url} unreachable: {plain_reason(exc)}") from exc
         if status == 429 or status >= 500:
             raise _RetryableDelivery(f"callback {url} answered {status}")
         if status >= 300:

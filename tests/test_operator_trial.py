@@ -14,7 +14,8 @@ from conftest import Receiver, read_json, tasks
 from dropbox_eval.app import App
 from dropbox_eval.callbacks import CallbackPolicy
 from dropbox_eval.emitter import Emitter, FileEmitter, WebhookEmitter
-from dropbox_eval.errors import DeliveryError
+from dropbox_eval.errors import DeliveryError, ForgeRetryable
+from dropbox_eval.forge import GiteaClient
 from dropbox_eval.redact import shown_url
 
 REPORT = {"batch_id": "b-1", "tasks": []}
@@ -88,3 +89,11 @@ def test_string_length_errors_count_characters(
     error = read_json(app.inbox.root / "rejected" / "long.json.error.json")
     assert error["message"].startswith("tasks.0.title: ") and expected in error["message"]
     assert "item" not in json.dumps(error)
+
+
+def test_an_unreachable_forge_is_a_plain_message() -> None:
+    client = GiteaClient(f"http://127.0.0.1:{_closed_port()}", "token")
+    client.sleep = lambda _: None
+    with pytest.raises(ForgeRetryable) as caught:
+        client.version()
+    assert str(caught.value) == "GET /version: forge unreachable (connection refused)"
