@@ -164,3 +164,11 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_batches_rows_have_the_same_fields_with_or_without_all(cli: Cli) -> None:
+    cli("clients", "add", "acme", "--credits", "20")
+    _finish(cli, cli.submit(1))
+    paged = json.loads(cli("batches", "--json").stdout)
+    everything = json.loads(cli("batches", "--json", "--all").stdout)
+    assert paged == everything and "archived_at" not in paged[0]

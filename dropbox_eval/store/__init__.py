@@ -232,7 +232,7 @@ class Store(ClientStore):
         rows = {r["batch_id"]: r for r in self._live_rows()}
         if not live_only:
             for row in self.archive_rows.all_batches():
-                rows.setdefault(row["batch_id"], row)
+                rows.setdefault(row["batch_id"], paging.public(row))
         chosen = [r for r in rows.values() if where is None or where(r)]
         return sorted(chosen, key=lambda r: str(r["batch_id"]))
 

@@ -56,7 +56,12 @@ def newest_page(
         if len(newest) >= want and _nothing_older_fits(row, newest[0][1]):
             break
     page = sorted(found.values(), key=lambda r: str(r["batch_id"]), reverse=True)
-    return [{k: v for k, v in row.items() if k != "archived_at"} for row in page[offset:want]]
+    return [public(row) for row in page[offset:want]]
+
+
+def public(row: Row) -> Row:
+    """A summary row as listings show it (without the archive's own `archived_at`)."""
+    return {k: v for k, v in row.items() if k != "archived_at"}
 
 
 def _nothing_older_fits(row: Row, oldest_kept: datetime | None) -> bool:
