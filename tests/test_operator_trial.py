@@ -6,6 +6,8 @@ import json
 import logging
 import re
 import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from dropbox_eval.emitter import Emitter, FileEmitter, WebhookEmitter
 from dropbox_eval.errors import DeliveryError, ForgeRetryable
 from dropbox_eval.forge import GiteaClient
 from dropbox_eval.redact import shown_url
+from dropbox_eval.store.paging import newest_page
 
 REPORT = {"batch_id": "b-1", "tasks": []}
 
@@ -97,3 +100,38 @@ def test_an_unreachable_forge_is_a_plain_message() -> None:
     with pytest.raises(ForgeRetryable) as caught:
         client.version()
     assert str(caught.value) == "GET /version: forge unreachable (connection refused)"
+
+
+def test_a_page_is_the_newest_created_and_stops_reading_early() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def row(n: int, created: int, archived: int) -> dict[str, object]:
+        at = start + timedelta(seconds=created)
+        return {
+            "batch_id": f"{at:%Y%m%d-%H%M%S}-000{n:06d}",
+            "client_id": "acme",
+            "status": "emitted",
+            "created_at": at.isoformat(),
+            "archived_at": (start + timedelta(seconds=archived)).isoformat(),
+        }
+
+    # 1,000 batches each archived 2 s after creation, then one created first, archived last
+    archive = [row(n, 10 + n, 12 + n) for n in range(1000)] + [row(9999, 0, 2000)]
+    read: list[dict[str, object]] = []
+
+    def newest_first() -> Iterator[dict[str, object]]:
+        for item in reversed(archive):
+            read.append(item)
+            yield item
+
+    live = [row(5000, 2100, 0) | {"status": "running", "archived_at": None}]
+    page = newest_page(live, newest_first(), lambda r: True, limit=3)
+    assert [r["batch_id"] for r in page] == [
+        live[0]["batch_id"],
+        archive[999]["batch_id"],
+        archive[998]["batch_id"],
+    ]
+    assert "archived_at" not in page[1] and len(read) <= 5  # not the 1,001 rows
+    oldest_id = archive[-1]["batch_id"]
+    only_old = newest_page([], iter(archive[::-1]), lambda r: r["batch_id"] == oldest_id, limit=1)
+    assert [r["batch_id"] for r in only_old] == [oldest_id]
