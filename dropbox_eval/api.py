@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import __version__
 from .app import App
 from .errors import BatchRejected, Conflict, DropboxEvalError, NotFoundError, answer_for
-from .inbox.parse import check_size, parse_batch
+from .inbox.parse import check_size, parse_batch, reason_of
 from .intake import API_SOURCE
 from .models import BatchFile, BatchRecord, Client
 from .report import status_counts
@@ -120,7 +120,7 @@ def create_api(app: App) -> FastAPI:
     @api.exception_handler(RequestValidationError)
     def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {"field": ".".join(str(p) for p in e["loc"][1:]), "reason": e["msg"]}
+            {"field": ".".join(str(p) for p in e["loc"][1:]), "reason": reason_of(e)}
             for e in exc.errors()[:20]
         ]
         message = f"{errors[0]['field']}: {errors[0]['reason']}" if errors else "invalid request"

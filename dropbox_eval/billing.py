@@ -45,7 +45,10 @@ class Billing:
             )
         with self.store.locked():
             if self.store.get_client(client_id) is not None:
-                raise DropboxEvalError(f"client {client_id!r} already exists")
+                raise DropboxEvalError(
+                    f"client {client_id!r} already exists: use "
+                    f"`dropbox-eval clients fund {client_id} N` to add credits"
+                )
             self.store.add_client(
                 Client(
                     client_id=client_id, created_at=utcnow(), webhook_secret=new_webhook_secret()

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from urllib3.util import parse_url
 
 from .errors import BatchRejected
+from .redact import shown_url
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
@@ -152,7 +153,7 @@ def _parse(url: str) -> CallbackTarget:
     if not isinstance(url, str) or not url:
         raise _refused(str(url), "a callback URL must be a non-empty string")
     if len(url) > MAX_URL_LENGTH:
-        raise _refused(url[:80] + "...", f"longer than {MAX_URL_LENGTH} characters")
+        raise _refused(url, f"longer than {MAX_URL_LENGTH} characters")
     bad = next(
         (c for c in url if c == "\\" or c.isspace() or not c.isprintable() or not c.isascii()), None
     )
@@ -207,6 +208,9 @@ def _is_ip(host: str) -> bool:
 
 
 def _refused(url: str, why: str) -> BatchRejected:
+    """The rejection, echoing the URL without its user info (a credential) and cut short."""
+    shown = shown_url(url)
+    shown = shown if len(shown) <= 80 else shown[:80] + "..."
     return BatchRejected(
-        "callback_refused", f"callback_url {url!r} refused: {why}", field="callback_url"
+        "callback_refused", f"callback_url {shown!r} refused: {why}", field="callback_url"
     )

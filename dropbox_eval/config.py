@@ -130,12 +130,17 @@ class Settings(BaseSettings):
 
     def require_forge(self) -> None:
         """Raise a one-line error naming what to set unless a forge is fully configured."""
-        for name in ("gitea_url", "gitea_token"):
-            if not getattr(self, name):
-                raise ConfigError(
-                    f"{ENV_PREFIX}{name.upper()} is not set: point it at your Gitea/Forgejo "
-                    "server, or run with --sandbox to use the embedded sandbox forge"
-                )
+        if not self.gitea_url:
+            raise ConfigError(
+                f"{ENV_PREFIX}GITEA_URL is not set: point it at your Gitea/Forgejo "
+                "server, or run with --sandbox to use the embedded sandbox forge"
+            )
+        if not self.gitea_token:
+            raise ConfigError(
+                f"{ENV_PREFIX}GITEA_TOKEN is not set: set it to a token of the forge user, "
+                f"or set {ENV_PREFIX}GITEA_TOKEN_FILE to a file holding it "
+                "(or run with --sandbox to use the embedded sandbox forge)"
+            )
         self.require_owner()
 
     def forge_client(self, client: GiteaClient | None) -> GiteaClient:

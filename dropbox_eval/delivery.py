@@ -12,6 +12,7 @@ from .config import Settings
 from .emitter import Emitter
 from .errors import DeliveryError, NotFinished
 from .models import BatchRecord, BatchStatus, utcnow
+from .redact import shown_url
 from .report import build_report
 from .schedule import backoff
 from .store import Store
@@ -115,6 +116,6 @@ def destination(batch: BatchRecord) -> str:
     if not batch.callback_url:
         return "outbox"
     try:
-        return urlsplit(batch.callback_url).netloc.lower()
+        return urlsplit(batch.callback_url).netloc.rpartition("@")[2].lower()
     except ValueError:
-        return batch.callback_url
+        return shown_url(batch.callback_url)

@@ -34,6 +34,8 @@ from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
 from .fileio import write_atomically
 from .models import utcnow
+from .neterrors import plain_reason
+from .redact import shown_url
 
 CALLBACK_ATTEMPTS = 3
 
@@ -126,18 +128,19 @@ class WebhookEmitter:
         try:
             status: int = retrying(self._post_once, target, payload, webhook_id, secret)
         except _RetryableDelivery as exc:
-            raise DeliveryError(f"{exc} (after {self.attempts} attempts)") from exc
+            tries = f" ({self.attempts} attempts)" if self.attempts > 1 else ""
+            raise DeliveryError(f"{exc}{tries}") from exc
         return status
 
     def _post_once(
         self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None
     ) -> int:
-        url = target.url
+        url = shown_url(target.url)
         headers = self._headers(target, payload, webhook_id, secret)
         try:
             status = self._send(target, payload.encode(), headers)
         except HTTPError as exc:
-            raise _RetryableDelivery(f"callback {url} unreachable: {exc}") from exc
+            raise _RetryableDelivery(f"callback {url} unreachable: {plain_reason(exc)}") from exc
         if status == 429 or status >= 500:
             raise _RetryableDelivery(f"callback {url} answered {status}")
         if status >= 300:
@@ -189,7 +192,9 @@ class WebhookEmitter:
             finally:
                 pool.close()
         if error is None:
-            raise DeliveryError(f"callback {target.url}: no checked address to connect to")
+            raise DeliveryError(
+                f"callback {shown_url(target.url)}: no checked address to connect to"
+            )
         raise error
 
     def _pool(self, target: CallbackTarget, address: str) -> urllib3.HTTPConnectionPool:
@@ -237,7 +242,7 @@ class Emitter:
             self.files.write(report, self.undelivered_dir)
             raise
         (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
-        return f"{callback_url} (HTTP {status})"
+        return f"{shown_url(callback_url)} (HTTP {status})"
 
     def _check(self, url: str) -> CallbackTarget:
         """Re-check at delivery time: the name may resolve elsewhere than at intake."""

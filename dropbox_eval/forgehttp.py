@@ -24,6 +24,7 @@ from tenacity import (
 from .errors import ForgePermanent, ForgeRetryable
 from .forgewire import json_body, server_time, status_error
 from .locks import SharedLock
+from .neterrors import plain_reason
 
 PAGE_LIMIT = 50
 LABEL_LOCK_TIMEOUT = 60.0
@@ -94,9 +95,10 @@ class ForgeTransport:
                 **kwargs,
             )
         except requests.Timeout as exc:
-            raise ForgeRetryable(f"{method} {path}: forge timed out ({exc})") from exc
+            raise ForgeRetryable(f"{method} {path}: forge timed out") from exc
         except requests.RequestException as exc:
-            raise ForgeRetryable(f"{method} {path}: forge unreachable ({exc})") from exc
+            why = plain_reason(exc)  # no pool reprs or errno in a message
+            raise ForgeRetryable(f"{method} {path}: forge unreachable ({why})") from exc
         if response.status_code < 300:
             return response
         raise status_error(method, path, response)

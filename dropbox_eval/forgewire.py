@@ -12,6 +12,7 @@ import requests
 from pydantic import AfterValidator, BaseModel, ValidationError
 
 from .errors import ForgeAuthError, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable
+from .redact import shown_url
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -119,7 +120,7 @@ def json_body(response: requests.Response) -> Any:
         return response.json()
     except ValueError as exc:
         raise ForgePermanent(
-            f"{response.request.method} {response.url}: forge sent non-JSON "
+            f"{response.request.method} {shown_url(response.url)}: forge sent non-JSON "
             f"({response.headers.get('Content-Type', '?')})",
             response.status_code,
         ) from exc

@@ -16,7 +16,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from .app import App
-from .errors import AlreadyRunning, DropboxEvalError
+from .errors import EXIT_FAILED, EXIT_OK, AlreadyRunning, DropboxEvalError, ForgeError
 from .fileio import write_json
 from .models import utcnow
 from .webhooks import register_hook
@@ -36,6 +36,7 @@ class Service:
         self.status_path = self.settings.state_path / "service.json"
         self.status: dict[str, Any] = {}
         self._status_lock = threading.Lock()
+        self.forge_failures = 0  # forge errors reported so far (`run --once` exits 1 on any)
         self.inbox = InboxWorker(app, self.stop_event, self._report, polling=polling)
         self.forge = ForgeWorker(app, self.stop_event, self._report)
         self.delivery = DeliveryWorker(app, self.stop_event, self._report)
@@ -47,7 +48,8 @@ class Service:
         return self.forge.cycles
 
     def run(self, *, once: bool = False) -> int:
-        """Run until SIGINT/SIGTERM (or one pass with `once`); returns the exit code."""
+        """Run until SIGINT/SIGTERM (or one pass with `once`); returns the exit code: with
+        `once`, EXIT_FAILED when any forge visit of the pass failed (a cron job sees it)."""
         lock = FileLock(str(self.settings.state_path / "service.lock"))
         try:
             lock.acquire(timeout=0)
@@ -79,7 +81,15 @@ class Service:
             self._set_status(state="stopped", stopped_at=_now())
             lock.release()
             log.info("service stopped")
-        return 0
+        if once and self.forge_failures:
+            log.error(
+                "run --once: %d forge visit(s) failed in this pass (see the warnings above); "
+                "exit %d",
+                self.forge_failures,
+                EXIT_FAILED,
+            )
+            return EXIT_FAILED
+        return EXIT_OK
 
     def stop(self) -> None:
         """Ask every worker to finish its current step and exit."""
@@ -150,6 +160,9 @@ class Service:
         self._set_status(last_poll_at=_now(), cycles=self.forge.cycles)
 
     def _report(self, what: str, error: Exception) -> None:
+        if isinstance(error, ForgeError):
+            with self._status_lock:
+                self.forge_failures += 1
         self._set_status(last_error=f"{_now()} {what}: {error}")
 
     def _set_status(self, **fields: Any) -> None:

@@ -19,6 +19,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from .redact import shown_url
+
 if TYPE_CHECKING:
     from .forge import GiteaClient
 
@@ -126,6 +128,6 @@ def register_hook(gitea: GiteaClient, owner: str, url: str, secret: str) -> str:
         "/user/hooks" if owner.casefold() == gitea.login().casefold() else f"/orgs/{owner}/hooks"
     )
     if any(hook.get("config", {}).get("url") == url for hook in gitea.list_hooks(scope)):
-        return f"webhook to {url} already registered on {scope}"
+        return f"webhook to {shown_url(url)} already registered on {scope}"
     gitea.add_hook(scope, url, secret, list(EVENTS))
-    return f"webhook to {url} registered on {scope}"
+    return f"webhook to {shown_url(url)} registered on {scope}"

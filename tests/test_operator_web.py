@@ -337,10 +337,13 @@ def test_sign_out_ends_the_session_and_forms_need_its_csrf_token(
     token = answer.history[0].cookies[COOKIE]
     csrf = _csrf(answer)
     assert csrf != token and KEY not in csrf
+    stale = "this form is out of date: reload the page and try again"
     no_token = session.post(f"{url}/operator/batches/x/deliver", timeout=5)
-    assert no_token.status_code == 401
+    assert no_token.status_code == 403 and stale in no_token.text  # signed in: not 401
     wrong = session.post(f"{url}/operator/logout", data={"csrf": csrf[::-1]}, timeout=5)
-    assert wrong.status_code == 401
+    assert wrong.status_code == 403 and stale in wrong.text
+    stranger = requests.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=5)
+    assert stranger.status_code == 401 and "sign in first" in stranger.text
     assert _page_with(url, token).status_code == 200  # a refused sign-out ends nothing
     redeliver = session.post(f"{url}/operator/batches/x/deliver", data={"csrf": csrf}, timeout=5)
     assert redeliver.status_code == 200 and "x: not delivered" in redeliver.text

@@ -10,6 +10,7 @@ import pytest
 import requests
 from sandbox_client import Api, new_api
 
+from dropbox_eval.errors import ConfigError
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
 from dropbox_eval.sandbox.lane_config import LaneConfig
 from dropbox_eval.sandbox.options import SandboxOptions
@@ -191,9 +192,9 @@ def test_options_from_env_mapping_and_environment(monkeypatch: pytest.MonkeyPatc
         0.25,
         True,
     )
-    with pytest.raises(ValueError, match="SANDBOX_MERGE_RATIO"):
+    with pytest.raises(ConfigError, match="SANDBOX_MERGE_RATIO"):
         SandboxOptions.from_env({"SANDBOX_MERGE_RATIO": "1.5"})
-    with pytest.raises(ValueError, match="SANDBOX_LANE_MODE"):
+    with pytest.raises(ConfigError, match="SANDBOX_LANE_MODE"):
         SandboxOptions.from_env({"SANDBOX_LANE_MODE": "yolo"})
     monkeypatch.setenv("SANDBOX_LANE_MODE", "pulls")
     monkeypatch.setenv("SANDBOX_FLAVOR", "forgejo")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from .output import (
     json_option,
     progress,
 )
+
+PAGE = 50  # `batches` without --limit
 
 
 @click.command()
@@ -91,21 +94,28 @@ def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
 )
 @click.option("--client", "client_id", help="Only this client's batches.")
 @click.option(
-    "--limit", type=click.IntRange(1), default=50, show_default=True, help="Newest N batches."
+    "--limit",
+    type=click.IntRange(1),
+    help=f"The newest N batches by creation time, newest first [default: {PAGE}].",
 )
-@click.option("--all", "show_all", is_flag=True, help="Every batch, oldest first.")
+@click.option(
+    "--all", "show_all", is_flag=True, help="Every batch, oldest created first (not with --limit)."
+)
 @json_option
 @click.pass_obj
 def batches(
     obj: Context,
     status_filter: str | None,
     client_id: str | None,
-    limit: int,
+    limit: int | None,
     show_all: bool,
     as_json: bool,
 ) -> None:
-    """List the newest batches: id, client, status, progress, age (reads, writes nothing).
-    The cost follows the page, not the history; `--all` reads the whole history."""
+    """List the newest batches by creation time, newest first (running or not): id, client,
+    status, progress, age (reads, writes nothing). The cost follows the page, not the
+    history; `--all` reads the whole history and lists it oldest first."""
+    if show_all and limit is not None:
+        raise click.UsageError("--all lists every batch: leave out --limit (or drop --all)")
     with friendly_errors():
         store = obj.store()
         if show_all:
@@ -115,7 +125,9 @@ def batches(
                 )
             )
         else:
-            rows = store.page_batches(client_id=client_id, status=status_filter, limit=limit)
+            rows = store.page_batches(
+                client_id=client_id, status=status_filter, limit=limit or PAGE
+            )
         for row in rows:
             if row["status"] in ENDED_EARLY:
                 row["lane_done"] = lane_done(store.get_tasks(row["batch_id"]))
@@ -133,6 +145,30 @@ def batches(
             age(row["created_at"]),
         )
     console.print(table)
+
+
+def _problems(record: BatchRecord) -> list[str]:
+    """The lines about what went wrong: last errors, attempts so far and the next one."""
+    lines = []
+    if record.failure or record.last_error:
+        lines.append(f"last error: {record.failure or record.last_error}")
+    if record.attempts or record.next_attempt_at:
+        lines.append(
+            f"attempts: {record.attempts} failed in a row  "
+            f"next attempt: {_when(record.next_attempt_at)}"
+        )
+    if record.last_delivery_error:
+        lines.append(f"last delivery error: {record.last_delivery_error}")
+    if record.delivery_attempts:
+        given_up = "- (given up; `emit --force` re-sends)"
+        upcoming = _when(record.next_delivery_at) if record.next_delivery_at else given_up
+        lines.append(f"delivery attempts: {record.delivery_attempts}  next delivery: {upcoming}")
+    return lines
+
+
+def _when(moment: datetime | None) -> str:
+    """A stored time as the table shows it (UTC, to the second), or `-`."""
+    return moment.isoformat()[:19] if moment else "-"
 
 
 def lane_done(tasks: list[TaskRecord]) -> int:
@@ -161,10 +197,8 @@ def batch(obj: Context, batch_id: str, as_json: bool) -> None:
         f"batch {record.batch_id}  client {record.client_id}  status "
         f"[bold]{record.status}[/]  {' '.join(progress(row))}  repo {record.repo}"
     )
-    if record.failure or record.last_error:
-        console.print(f"last error: {record.failure or record.last_error}")
-    if record.last_delivery_error:
-        console.print(f"last delivery error: {record.last_delivery_error}")
+    for line in _problems(record):
+        console.print(line, markup=False)
     table = Table("task", "issue", "status", "summary", "url")
     for task in tasks:
         table.add_row(

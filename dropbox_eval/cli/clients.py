@@ -109,18 +109,24 @@ def clients_show(
         return
     _print_clients(rows)
     if client_id:
-        entries = Table("at", "kind", "amount", "held", "balance", "batch", "note")
+        entries = Table("at", "kind", "amount", "balance after", "held after", "batch", "note")
         for e in ledger:
             entries.add_row(
                 e["at"][:19],
                 e["kind"],
-                str(e["amount"]),
-                str(e["held_change"]),
+                str(moved(e)),
                 str(e["balance_after"]),
+                str(e["held_after"]),
                 e.get("batch_id") or "",
                 e.get("note") or "",
             )
         console.print(entries)
+
+
+def moved(entry: dict[str, Any]) -> int:
+    """The credits an entry moves: the balance change, or for a hold or release (which
+    leave the balance alone) the change of the held amount."""
+    return int(entry["amount"]) or int(entry["held_change"])
 
 
 def _print_clients(rows: list[dict[str, Any]]) -> None:

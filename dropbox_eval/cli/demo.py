@@ -60,7 +60,8 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str) -> None:
     """The whole flow in this folder on the embedded sandbox forge; prints the report."""
     from ..sandbox import SandboxForge
 
-    forge_run = SandboxForge.from_env(lane_delay=lane_delay, options=sandbox_options(lane))
+    with friendly_errors():
+        forge_run = SandboxForge.from_env(lane_delay=lane_delay, options=sandbox_options(lane))
     with friendly_errors(), forge_run as forge:
         settings = obj.settings(
             gitea_url=forge.url,

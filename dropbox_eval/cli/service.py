@@ -167,8 +167,10 @@ def sandbox(port: int, lane_delay: float, lane: str | None) -> None:
     from ..sandbox import SandboxForge
 
     delay = lane_delay if lane_delay >= 0 else None
-    options = sandbox_options(lane)
-    with SandboxForge.from_env(port=port, lane_delay=delay, options=options) as forge:
+    with friendly_errors():
+        options = sandbox_options(lane)
+        forge_run = SandboxForge.from_env(port=port, lane_delay=delay, options=options)
+    with forge_run as forge:
         click.echo(f"SAAS_EVAL_GITEA_URL={forge.url}")
         click.echo(f"SAAS_EVAL_GITEA_TOKEN={forge.token}")
         click.echo(f"SAAS_EVAL_OWNER={forge.user}")

@@ -214,7 +214,8 @@ class Inbox:
         if client_id is None:
             raise BatchRejected(
                 "missing_client_id",
-                "client_id is required for files dropped at the top of the inbox",
+                "client_id is required for files dropped at the top of the inbox "
+                "(or drop the file into inbox/<client_id>/)",
                 field="client_id",
             )
         if folder_client is not None and not is_valid_id(folder_client):

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from ..errors import BatchRejected
 from ..models import BatchFile
@@ -70,13 +71,29 @@ def rejection_from_validation(exc: ValidationError) -> BatchRejected:
     path = ".".join(str(part) for part in first["loc"]) or "(document)"
     return BatchRejected(
         "invalid_batch",
-        f"{path}: {first['msg']}",
+        f"{path}: {reason_of(first)}",
         field=path,
         errors=[
-            {"field": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
+            {"field": ".".join(str(p) for p in e["loc"]), "reason": reason_of(e)}
             for e in exc.errors()[:20]
         ],
     )
+
+
+_LENGTH_WORDS = {"too_short": "at least", "too_long": "at most"}
+
+
+def reason_of(error: ErrorDetails) -> str:
+    """A pydantic error in a client's words. A length limit checked after another validator
+    is worded for lists ("at least 1 item after validation"): for a string it counts
+    characters."""
+    text = error.get("input")
+    ctx = error.get("ctx") or {}
+    if error["type"] in _LENGTH_WORDS and isinstance(text, str):
+        limit = ctx.get("min_length", ctx.get("max_length"))
+        unit = "character" if limit == 1 else "characters"
+        return f"should have {_LENGTH_WORDS[error['type']]} {limit} {unit}, not {len(text)}"
+    return str(error["msg"])
 
 
 def _decode(raw: bytes) -> str:

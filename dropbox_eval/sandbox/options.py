@@ -21,6 +21,7 @@ from typing import Annotated
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..errors import ConfigError
 from .flavor import Flavor, FlavorName
 from .lane_config import LaneConfig, LaneMode
 
@@ -42,7 +43,8 @@ class SandboxOptions(BaseSettings):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SandboxOptions:
-        """Read `SANDBOX_*` variables (from `environ` if given); ValueError when invalid."""
+        """Read `SANDBOX_*` variables (from `environ` if given); ConfigError naming the
+        variable when one is invalid (the boundary for pydantic's ValidationError)."""
         try:
             if environ is None:
                 return cls()
@@ -55,7 +57,9 @@ class SandboxOptions(BaseSettings):
         except ValidationError as exc:
             first = exc.errors()[0]
             field = "_".join(str(p) for p in first["loc"]).upper()
-            raise ValueError(f"SANDBOX_{field}: {first['msg']}") from None
+            given = first.get("input")
+            shown = f" (got {given!r})" if isinstance(given, str) else ""
+            raise ConfigError(f"SANDBOX_{field}: {first['msg']}{shown}") from None
 
     def forge_flavor(self) -> Flavor:
         """The chosen `Flavor`."""

@@ -58,7 +58,7 @@ class SandboxForge:
         options: SandboxOptions | None = None,
     ) -> SandboxForge:
         """A forge configured by `SANDBOX_*` variables (see `options`); no lane if
-        `lane_delay` is None. ValueError on a bad variable."""
+        `lane_delay` is None. ConfigError on a bad variable."""
         opts = options or SandboxOptions.from_env()
         lane = None if lane_delay is None else opts.lane_config(lane_delay)
         return cls(

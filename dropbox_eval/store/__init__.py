@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import NotFoundError, StoreError
 from ..fileio import write_atomically
-from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id
-from . import totals
+from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id, utcnow
+from . import paging, totals
 from .base import Row, _dump, _encode, _insert
 from .clients import ClientStore, _post
 from .files import AtomicJSONStorage, append_lines, unlink_quietly, write_table
@@ -162,7 +162,10 @@ class Store(ClientStore):
             entries = {
                 k: e for k, e in data["ledger"].items() if e.get("batch_id") == batch.batch_id
             }
-            self.archive_rows.add(_summary(batch), list(entries.values()))
+            archived_at = utcnow().isoformat()  # the order of the archive file (paging.py)
+            self.archive_rows.add(
+                {**_summary(batch), "archived_at": archived_at}, list(entries.values())
+            )
             data["batches"] = {
                 k: r for k, r in data["batches"].items() if r["batch_id"] != batch.batch_id
             }
@@ -229,7 +232,7 @@ class Store(ClientStore):
         rows = {r["batch_id"]: r for r in self._live_rows()}
         if not live_only:
             for row in self.archive_rows.all_batches():
-                rows.setdefault(row["batch_id"], row)
+                rows.setdefault(row["batch_id"], paging.public(row))
         chosen = [r for r in rows.values() if where is None or where(r)]
         return sorted(chosen, key=lambda r: str(r["batch_id"]))
 
@@ -245,25 +248,14 @@ class Store(ClientStore):
         limit: int = 50,
         offset: int = 0,
     ) -> list[Row]:
-        """One page of summary rows, newest first: the live rows, then the archive read
-        backwards from its end, so the cost follows `offset + limit`, not the history."""
-        live = sorted(self._live_rows(), key=lambda r: str(r["batch_id"]), reverse=True)
-        rows = _chain(live, self.archive_rows.newest_batches(client_id))
-        page: list[Row] = []
-        seen: set[str] = set()
-        for row in rows:
-            if row["batch_id"] in seen or (client_id and row["client_id"] != client_id):
-                continue
-            seen.add(row["batch_id"])
-            if status is not None and row["status"] != status:
-                continue
-            if offset:
-                offset -= 1
-                continue
-            page.append(row)
-            if len(page) >= limit:
-                break
-        return page
+        """One page of summary rows, newest created first (a running batch among them by
+        its creation time); the cost follows `offset + limit`, not the history."""
+
+        def keep(row: Row) -> bool:
+            return client_id in (None, row["client_id"]) and status in (None, row["status"])
+
+        archived = self.archive_rows.newest_batches(client_id)
+        return paging.newest_page(self._live_rows(), archived, keep, limit=limit, offset=offset)
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status (live and archived), for everyone or one client, from the
@@ -328,11 +320,6 @@ def _with_tables(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for table in ("clients", "ledger", "batches", "counts"):
         data.setdefault(table, {})
     return data
-
-
-def _chain(first: list[Row], then: Iterator[Row]) -> Iterator[Row]:
-    yield from first
-    yield from then
 
 
 def _keys(sha256: str | None, batch_ref: str | None) -> list[str]:

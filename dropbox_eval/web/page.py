@@ -88,11 +88,21 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             return signed_in(request, key)
         return login_page("that key is not right", 401)
 
+    async def refusal(request: Request) -> Response | None:
+        """Why a form post may not act: no session (401), or a session whose form carries
+        a missing or stale CSRF token (403: the page was loaded before a new sign-in)."""
+        session = session_of(request)
+        if session is None:
+            return login_page("sign in first", 401)
+        if not session.allows((await _form(request)).get("csrf")):
+            return login_page("this form is out of date: reload the page and try again", 403)
+        return None
+
     @api.post("/operator/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
-        session = session_of(request)
-        if session is None or not session.allows((await _form(request)).get("csrf")):
-            return login_page("sign in first", 401)
+        refused = await refusal(request)
+        if refused is not None:
+            return refused
         sessions.close(request.cookies.get(COOKIE))
         response = login_page("signed out", 200)
         response.delete_cookie(COOKIE, path="/operator")
@@ -100,9 +110,9 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
 
     @api.post("/operator/batches/{batch_id}/deliver", include_in_schema=False)
     async def deliver(batch_id: str, request: Request) -> Response:
-        session = session_of(request)
-        if session is None or not session.allows((await _form(request)).get("csrf")):
-            return login_page("sign in first", 401)
+        refused = await refusal(request)
+        if refused is not None:
+            return refused
         try:
             result = await run_in_threadpool(app.delivery.emit, batch_id, force=True)
             note = f"{batch_id}: delivered to {result.get('delivered_to')}"
