@@ -152,7 +152,7 @@ def main() -> None:
         tasks = app.store.get_tasks(batch_id)
         finished = sum(1 for t in tasks if t.status.is_finished)
         assert finished == args.closed, f"{finished} tasks finished, expected {args.closed}"
-        app.poller.settings = settings.model_copy(update={"pull_details": False})
+        app.poller.reader.settings = settings.model_copy(update={"pull_details": False})
         resolve(forge, repo, numbers[args.closed : 2 * args.closed])
         plain = Cycle(service, forge)  # cycle 6: closures read without pull details
         open_count = sum(1 for t in app.store.get_tasks(batch_id) if t.status == "open")

@@ -16,7 +16,8 @@ from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetrya
 from .forge import GiteaClient, UsesForge
 from .markers import find_marked
 from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
-from .poller import Poller, ended, settled
+from .poller import Poller
+from .reading import ended, settled
 from .schedule import Schedule, is_due
 from .settle import Settler
 from .store import Store

@@ -1,11 +1,9 @@
 """Poller: closed issues -> task results, one paged listing per repo for all its batches.
 
-A closed issue is read once (its timeline, plus the merged pull request with `pull_details`)
-and its result kept on the task as `settling`; the task finishes only once nothing about the
-issue changed for `settle_seconds`, because a lane's close, label and verdict comment are
-separate API calls that may arrive seconds apart and in any order. While settling, the
-listing also shows open issues (a reopen sends the task back to running) and an issue is
-read again only when the listing shows it changed (see `listing_key`).
+Each listed issue goes to the `ResultReader` (reading.py), which reads a closed issue's
+result and keeps it `settling` until nothing changed for `settle_seconds`. While results
+settle, the listing also shows open issues (a reopen sends the task back to running). The
+periodic full visit reconciles the listing with the forge's open-issue count.
 """
 
 from __future__ import annotations
@@ -22,15 +20,12 @@ from .forge import ForgeIssue, GiteaClient, UsesForge
 from .models import (
     BatchRecord,
     BatchStatus,
-    PullRequestRef,
-    Settling,
     TaskRecord,
-    TaskResult,
     TaskStatus,
     utcnow,
 )
 from .opentasks import OpenTasks, Owner
-from .report import Reading, VerdictRules, read_result
+from .reading import ResultReader, ended
 from .settle import Settler
 from .store import Store
 
@@ -72,11 +67,7 @@ class Poller(UsesForge):
         # batches whose last full visit trusted the count and listed nothing: the count also
         # holds open issues of no polled batch, so the next visit of these must list
         self._unlisted: set[str] = set()
-        self.rules = VerdictRules(
-            labels={name: TaskStatus(s) for name, s in settings.label_results.items()},
-            merged=TaskStatus(settings.merged_status),
-            unmerged=TaskStatus(settings.unmerged_status),
-        )
+        self.reader = ResultReader(gitea, settings)
 
     def poll_completed(self, batch_id: str, *, full: bool = False) -> list[str]:
         """Store results of issues the lane closed; open ones are skipped (seed API)."""
@@ -241,7 +232,7 @@ class Poller(UsesForge):
             if closed is not None and issue.state == "closed":
                 closed[issue.number] = issue.closed_at
             try:
-                change = self.observe(repo, owner[1], issue)
+                change = self.reader.observe(repo, owner[1], issue)
             except ForgeError as exc:
                 log.warning(
                     "batch %s: result of issue #%d unreadable, retried next cycle: %s",
@@ -259,7 +250,7 @@ class Poller(UsesForge):
             if full:
                 change = self._check_unseen(repo, owner[1])
             elif owner[1].settling is not None:  # unchanged since it was read
-                change = self._settled(owner[1].settling)
+                change = self.reader.settled_change(owner[1].settling)
             else:
                 change = None
             if change is not None:
@@ -270,72 +261,7 @@ class Poller(UsesForge):
             issue = self.gitea.get_issue(repo, task.issue_number or 0)
         except ForgeNotFound:
             return ended(TaskStatus.MISSING, "the issue was deleted before the lane finished it")
-        return self.observe(repo, task, issue)
-
-    def observe(self, repo: str, task: TaskRecord, issue: ForgeIssue) -> dict[str, Any] | None:
-        """The change a listed issue makes to its open task: none while open (back to
-        running when it was reopened before settling); once closed, its result read from
-        the timeline (again only if the issue changed), final when settled."""
-        known = task.settling
-        if issue.state != "closed":
-            return None if known is None else {"settling": None}
-        if known is not None and known.seen == listing_key(issue):
-            return self._settled(known)
-        return self.finish(repo, issue, known)
-
-    def finish(self, repo: str, issue: ForgeIssue, known: Settling | None = None) -> dict[str, Any]:
-        """The task change for a closed issue: its final result (status, result, when it
-        finished) if settled, else `settling` with the result read so far; `missing` when
-        the issue was deleted. `known`: the previous reading, whose pull details are reused."""
-        try:
-            reading = self._read(repo, issue, known)
-        except ForgeNotFound:
-            return ended(TaskStatus.MISSING, "the issue was deleted")
-        snapshot = Settling(
-            status=reading.status,
-            result=reading.result,
-            closed_at=reading.closed_at,
-            changed_at=reading.changed_at,
-            seen=listing_key(issue),
-        )
-        return self._settled(snapshot) or {"settling": snapshot}
-
-    def _read(self, repo: str, issue: ForgeIssue, known: Settling | None) -> Reading:
-        reading = read_result(issue, self.gitea.timeline(repo, issue.number), self.rules)
-        pull = reading.result.pull_request
-        if pull is None or not pull.merged or not self.settings.pull_details:
-            return reading
-        pull = self._pull_details(repo, pull, known.result.pull_request if known else None)
-        return reading._replace(result=reading.result.model_copy(update={"pull_request": pull}))
-
-    def _pull_details(
-        self, repo: str, pull: PullRequestRef, known: PullRequestRef | None
-    ) -> PullRequestRef:
-        """Merge sha and size of a merged pull request: one GET, none when read before."""
-        if known is not None and known.number == pull.number and known.merge_commit_sha:
-            return known
-        try:
-            got = self.gitea.get_pull(repo, pull.number)
-        except ForgeNotFound:
-            return pull
-        return pull.model_copy(
-            update={
-                "url": got.html_url or pull.url,
-                "merged_at": got.merged_at or pull.merged_at,
-                "merge_commit_sha": got.merge_commit_sha or None,
-                "additions": got.additions,
-                "deletions": got.deletions,
-                "changed_files": got.changed_files,
-            }
-        )
-
-    def _settled(self, snapshot: Settling) -> dict[str, Any] | None:
-        """The final change once nothing changed for `settle_seconds` (forge clock)."""
-        wait = self.settings.settle_seconds
-        now = self.gitea.listed_at or utcnow()
-        if wait > 0 and now - snapshot.changed_at < timedelta(seconds=wait):
-            return None
-        return settled(snapshot)
+        return self.reader.observe(repo, task, issue)
 
     def refresh_progress(
         self, batch: BatchRecord, tasks: list[TaskRecord], polled_at: datetime | None
@@ -356,23 +282,6 @@ class Poller(UsesForge):
         return self.store.update_batch(batch.batch_id, **fields)
 
 
-def listing_key(issue: ForgeIssue) -> str:
-    """What the issue listing shows of an issue's changes. `updated_at` has whole seconds
-    only, so the labels and the comment count also tell a change within the same second."""
-    labels = ",".join(sorted(issue.labels))
-    return f"{issue.updated_at.isoformat()}|{issue.state}|{issue.comments}|{labels}"
-
-
-def settled(snapshot: Settling) -> dict[str, Any]:
-    """The change that finishes a task with the result read while it settled."""
-    return {
-        "status": snapshot.status,
-        "result": snapshot.result,
-        "finished_at": snapshot.closed_at or utcnow(),
-        "settling": None,
-    }
-
-
 def _log_change(batch_id: str, task_id: str, change: dict[str, Any]) -> None:
     if "status" in change:
         log.info("batch %s: task %s finished as %s", batch_id, task_id, change["status"])
@@ -380,11 +289,6 @@ def _log_change(batch_id: str, task_id: str, change: dict[str, Any]) -> None:
         log.info("batch %s: task %s reopened before settling; polled again", batch_id, task_id)
     else:
         log.debug("batch %s: task %s closed; settling", batch_id, task_id)
-
-
-def ended(status: TaskStatus, why: str) -> dict[str, Any]:
-    """The change that finishes a task without the lane's verdict."""
-    return {"status": status, "result": TaskResult(summary=why), "finished_at": utcnow()}
 
 
 def _before(moment: datetime | None, mark: datetime | None) -> bool:
