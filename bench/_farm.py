@@ -151,21 +151,49 @@ def measure_mode(
         assert missing[0].status == "missing", "the deleted issue was not found"
 
 
-def idle_cpu(forge: Any, batches: int, tasks: int, shared: bool) -> tuple[float, float]:
-    """(user, system) CPU seconds of this process (the product alone: the forge runs in
-    its own) per idle cycle, over 10 cycles. System time is mostly the kernel's share of
-    the cycle's fsyncs (a shared repo's idle cycle writes each batch's `last_polled_at`),
-    the same at any size, but as noisy as the disk."""
-    with tempfile.TemporaryDirectory(prefix="bench-farm-cpu-") as home:
-        service = Service(build(forge, home, batches, tasks, shared, every=1000))
+def idle_service(forge: Any, home: str, batches: int, tasks: int, shared: bool) -> Service:
+    """A farm in steady state: polled once, then past the search's overlap, then again."""
+    service = Service(build(forge, home, batches, tasks, shared, every=1000))
+    service.poll_cycle()
+    time.sleep(SETTLED)
+    service.poll_cycle()
+    return service
+
+
+def cycle_cpu(service: Service, cycles: int = 25) -> tuple[float, float]:
+    """(user, system) CPU seconds of this process per idle cycle, over `cycles`."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(cycles):
         service.poll_cycle()
-        time.sleep(SETTLED)
-        service.poll_cycle()
-        before = resource.getrusage(resource.RUSAGE_SELF)
-        for _ in range(10):
-            service.poll_cycle()
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        return (after.ru_utime - before.ru_utime) / 10, (after.ru_stime - before.ru_stime) / 10
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return (after.ru_utime - before.ru_utime) / cycles, (after.ru_stime - before.ru_stime) / cycles
+
+
+def idle_cpu(
+    forge: Any, batches: int, tasks: int, shared: bool
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(user, system) CPU per idle cycle of this process (the product alone: the forge runs
+    in its own) with 1/100 of the tasks and with all of them, the two farms measured in
+    turn, 4 rounds of 25 cycles each. System time is mostly the kernel's share of the
+    cycle's fsyncs (a shared repo's idle cycle writes each batch's `last_polled_at`), the
+    same at any size, but as noisy as the disk."""
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-farm-cpu-") as small_home,
+        tempfile.TemporaryDirectory(prefix="bench-farm-cpu-") as large_home,
+    ):
+        services = (
+            idle_service(forge, small_home, batches, max(1, tasks // 100), shared),
+            idle_service(forge, large_home, batches, tasks, shared),
+        )
+        for service in services:  # the first farm's search window catches up with the
+            service.poll_cycle()  # second farm's intake (both search the same owner)
+        totals = [[0.0, 0.0], [0.0, 0.0]]
+        for _ in range(4):
+            for index, service in enumerate(services):
+                user, system = cycle_cpu(service)
+                totals[index][0] += user / 4
+                totals[index][1] += system / 4
+        return (totals[0][0], totals[0][1]), (totals[1][0], totals[1][1])
 
 
 def farm_figures(result: BenchResult, batches: int, tasks: int) -> None:
@@ -175,8 +203,7 @@ def farm_figures(result: BenchResult, batches: int, tasks: int) -> None:
         measure_mode(forge, batches, tasks, True, result)
     with ForgeProcess() as remote:  # the forge's own CPU (it filters every issue) apart
         for shared in (False, True):
-            small, small_sys = idle_cpu(remote, batches, max(1, tasks // 100), shared)
-            large, large_sys = idle_cpu(remote, batches, tasks, shared)
+            (small, small_sys), (large, large_sys) = idle_cpu(remote, batches, tasks, shared)
             mode = "shared repo" if shared else "one repo per batch"
             result.add(
                 f"{mode}: idle cycle user CPU, {tasks} vs {max(1, tasks // 100)} tasks per batch",
