@@ -347,10 +347,15 @@ def test_sign_out_ends_the_session_and_forms_need_its_csrf_token(
     assert _page_with(url, token).status_code == 200  # a refused sign-out ends nothing
     redeliver = session.post(f"{url}/operator/batches/x/deliver", data={"csrf": csrf}, timeout=5)
     assert redeliver.status_code == 200 and "x: not delivered" in redeliver.text
+    assert redeliver.url == f"{url}/operator"  # the outcome is not carried in the URL
+    assert "x: not delivered" not in session.get(f"{url}/operator", timeout=5).text  # once
+    crafted = session.get(f"{url}/operator?note=Call+support+at+555", timeout=5)
+    assert crafted.status_code == 200 and "555" not in crafted.text  # links cannot add words
 
     out = session.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=5)
     assert out.status_code == 200 and "signed out" in out.text
     assert "Max-Age=0" in out.headers["set-cookie"] or "expires" in out.headers["set-cookie"]
+    assert "samesite=strict" in out.headers["set-cookie"].lower()
     assert _page_with(url, token).status_code == 401  # a copy of the cookie is dead too
     assert funded not in session.get(f"{url}/operator", timeout=5).text
 

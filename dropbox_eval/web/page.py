@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -67,7 +67,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         return response
 
     @api.get("/operator", include_in_schema=False)
-    def page(request: Request, key: str | None = None, note: str = "") -> Response:
+    def page(request: Request, key: str | None = None) -> Response:
         if key is not None:
             if key_matches(key, app.settings.operator_key):
                 return signed_in(request, key)
@@ -77,7 +77,10 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             return login_page("", 401)
         view = _view(app, health, rejections)
         html = templates.get_template("page.html").render(
-            **view, note=note, refresh=REFRESH_SECONDS, csrf=session.csrf
+            **view,
+            note=sessions.take_note(request.cookies.get(COOKIE)),
+            refresh=REFRESH_SECONDS,
+            csrf=session.csrf,
         )
         return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
@@ -105,7 +108,13 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             return refused
         sessions.close(request.cookies.get(COOKIE))
         response = login_page("signed out", 200)
-        response.delete_cookie(COOKIE, path="/operator")
+        response.delete_cookie(
+            COOKIE,
+            path="/operator",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
         return response
 
     @api.post("/operator/batches/{batch_id}/deliver", include_in_schema=False)
@@ -118,7 +127,8 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             note = f"{batch_id}: delivered to {result.get('delivered_to')}"
         except DropboxEvalError as exc:
             note = f"{batch_id}: not delivered: {exc}"
-        return RedirectResponse(f"/operator?note={quote(note)}", status_code=303)
+        sessions.post_note(request.cookies.get(COOKIE), note)
+        return RedirectResponse("/operator", status_code=303)
 
 
 async def _form(request: Request) -> dict[str, str]:

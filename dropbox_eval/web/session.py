@@ -52,6 +52,7 @@ class OperatorSessions:
         self.clock = clock
         self._lock = threading.Lock()
         self._sessions: dict[bytes, Session] = {}
+        self._notes: dict[bytes, str] = {}  # a form's outcome, shown once by the next view
 
     def open(self, key: str) -> tuple[str, Session]:
         """A new session for someone who just gave the right `key`: the cookie's token
@@ -91,6 +92,22 @@ class OperatorSessions:
         if token:
             with self._lock:
                 self._sessions.pop(_digest(token), None)
+                self._notes.pop(_digest(token), None)
+
+    def post_note(self, token: str | None, note: str) -> None:
+        """Keep a form's outcome for this session's next view (never taken from a URL, so
+        a crafted link cannot put words on the page)."""
+        if token:
+            with self._lock:
+                if _digest(token) in self._sessions:
+                    self._notes[_digest(token)] = note
+
+    def take_note(self, token: str | None) -> str:
+        """The outcome kept for this session, once; "" when there is none."""
+        if not token:
+            return ""
+        with self._lock:
+            return self._notes.pop(_digest(token), "")
 
     def __len__(self) -> int:
         with self._lock:
@@ -100,6 +117,7 @@ class OperatorSessions:
         now = self.clock()
         for token_digest in [d for d, s in self._sessions.items() if s.expires_at <= now]:
             del self._sessions[token_digest]
+            self._notes.pop(token_digest, None)
 
 
 def _digest(value: str) -> bytes:
