@@ -54,10 +54,7 @@ class Service:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise AlreadyRunning(
-                f"another dropbox-eval run is using {self.settings.state_path} "
-                "(see `dropbox-eval status`)"
-            ) from None
+            raise already_running(self.settings.state_path) from None
         try:
             self._install_signal_handlers()
             self._set_status(
@@ -172,6 +169,13 @@ class Service:
                 write_json(self.status_path, self.status)
             except OSError as exc:  # a full disk must not stop the service; the log says it
                 log.error("cannot write %s: %s", self.status_path, exc)
+
+
+def already_running(state_dir: Path) -> AlreadyRunning:
+    """The error for a state folder whose lock another service holds."""
+    return AlreadyRunning(
+        f"another dropbox-eval run is using {state_dir} (see `dropbox-eval status`)"
+    )
 
 
 def read_status(state_dir: Path) -> dict[str, Any]:

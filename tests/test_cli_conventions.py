@@ -285,5 +285,7 @@ def test_every_documented_exit_code_is_reachable(cli: Cli) -> None:
     reached.add(cli("submit", str(bad), "--client", "acme").exit_code)  # rejected: 4
     with FileLock(str(cli.home / "state" / "service.lock")):
         reached.add(cli("run", "--once").exit_code)  # another service: 5
+        busy = cli("run", "--once", "--sandbox")
+        assert busy.exit_code == 5 and "sandbox forge at" not in busy.stderr  # none started
     reached.add(_interrupted_watch(cli, running)[0])  # Ctrl-C: 130
     assert reached == set(EXIT_CODES)

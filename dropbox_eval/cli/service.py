@@ -15,7 +15,7 @@ import click
 
 from ..app import build_app
 from ..errors import ConfigError
-from ..service import Service, read_status
+from ..service import Service, already_running, read_status
 from ..sftp import sftp_status
 from ..web.health import service_running
 from . import Context
@@ -82,6 +82,10 @@ def run(
     http_host: str,
 ) -> None:
     """Run the service: watch the inbox, open issues, poll, emit (until SIGINT/SIGTERM)."""
+    with friendly_errors():
+        state = obj.settings().state_path
+        if sandbox and service_running(state):  # before starting a forge for nothing
+            raise already_running(state)
     with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay, lane) as extra:
         settings = obj.settings(**extra)
         settings.require_forge()
