@@ -302,9 +302,14 @@ def watch(obj: Context, batch_id: str, interval: float) -> None:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         with Progress(*columns, console=console, transient=True) as shown:
             line = shown.add_task(batch_id, total=record.total)
+            said = ""
             while True:
                 record = store.get_batch(batch_id)
                 shown.update(line, completed=record.done, description=f"{batch_id} {record.status}")
+                news = f"{batch_id}: {record.status}, {record.done}/{record.total}"
+                if not console.is_terminal and news != said:  # piped: one line per change
+                    click.echo(news)
+                    said = news
                 if _ended(record) or not service_running(store.state_dir):
                     break
                 time.sleep(interval)
