@@ -271,7 +271,7 @@ def test_demo_beside_a_running_service_uses_its_own_home(cli: Cli) -> None:
     with FileLock(str(cli.home / "state" / "service.lock")):
         result = cli("demo", "--timeout", "60")
     assert result.exit_code == 0, result.output
-    assert "the demo runs in" in result.stderr
+    assert "the demo runs in" in result.stderr and "rm -r" in result.stderr  # and stays
     assert '"status": "completed"' in result.output or '"batch_id"' in result.output
     assert not (cli.home / "inbox" / "demo").exists()
 

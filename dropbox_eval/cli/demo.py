@@ -97,7 +97,11 @@ def _own_home_if_taken(obj: Context) -> dict[str, Any]:
     if not service_running(obj.settings().state_path):
         return {}
     home = Path(tempfile.mkdtemp(prefix="dropbox-eval-demo-"))
-    click.echo(f"a service runs on this state folder: the demo runs in {home}", err=True)
+    click.echo(
+        f"a service runs on this state folder: the demo runs in {home} "
+        f"(kept for you to look at; `rm -r {home}` removes it)",
+        err=True,
+    )
     return {
         "home": home,
         "inbox": home / "inbox",
