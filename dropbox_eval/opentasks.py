@@ -12,7 +12,7 @@ settling task finishes when the listing does *not* show it), those with nothing 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 
 from .forge import ForgeIssue
 from .markers import read_marker
@@ -75,19 +75,24 @@ class OpenTasks:
         """The open task of an issue number among the batches read so far."""
         return self._by_number.get(number)
 
-    def read(self) -> Iterator[tuple[int, Owner]]:
+    def read(self) -> list[tuple[int, Owner]]:
         """(issue number, owner) of every open task of the batches read so far."""
-        return iter(list(self._by_number.items()))
+        return list(self._by_number.items())
 
     def open(self) -> int:
         """Open tasks of every batch (read ones counted, the others from their counters)."""
-        return self._counted(lambda tasks: tasks, lambda b: b.total - b.done)
+        return sum(
+            sum(1 for _ in self._open_of(b.batch_id)) if b.batch_id in self.tasks else open_of(b)
+            for b in self.batches.values()
+        )
 
     def unsettled(self) -> int:
         """Open tasks without a result settling."""
-        return self._counted(
-            lambda tasks: (t for t in tasks if t.settling is None),
-            lambda b: b.total - b.done - b.settling_tasks,
+        return sum(
+            sum(1 for t in self._open_of(b.batch_id) if t.settling is None)
+            if b.batch_id in self.tasks
+            else unsettled_of(b)
+            for b in self.batches.values()
         )
 
     def settling(self) -> bool:
@@ -96,20 +101,18 @@ class OpenTasks:
             task.settling is not None for _, task in self._by_number.values()
         )
 
-    def _counted(
-        self,
-        pick: Callable[[Iterable[TaskRecord]], Iterable[TaskRecord]],
-        counter: Callable[[BatchRecord], int],
-    ) -> int:
-        total = 0
-        for batch_id, batch in self.batches.items():
-            if batch_id in self.tasks:
-                total += sum(1 for _ in pick(self._open_of(batch_id)))
-            else:
-                total += max(0, counter(batch))
-        return total
-
     def _open_of(self, batch_id: str) -> Iterator[TaskRecord]:
         for task in self.tasks[batch_id]:
             if task.status == TaskStatus.OPEN and task.issue_number is not None:
                 yield task
+
+
+def open_of(batch: BatchRecord) -> int:
+    """The batch's open tasks, by its counters."""
+    return max(0, batch.total - batch.done)
+
+
+def unsettled_of(batch: BatchRecord) -> int:
+    """The batch's open tasks without a result settling, by its counters (a batch's
+    counters are checked against its tasks at its first visit by each process)."""
+    return max(0, batch.total - batch.done - batch.settling_tasks)

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from .app import App
 from .forge import ForgeIssue
 from .models import BatchRecord, TaskStatus, utcnow
+from .opentasks import unsettled_of
 from .poller import LOCAL_CLOCK_MARGIN, Counted, Listed
 from .schedule import is_due
 
@@ -128,8 +129,11 @@ class ChangeScout:
         return min(p for p in polled if p is not None) - SEARCH_OVERLAP
 
     def _expected(self, batches: list[BatchRecord], issues: list[ForgeIssue]) -> int:
-        """Open issues the repo should count once the search's closures are applied."""
+        """Open issues the repo should count once the search's closures are applied: from
+        the batches' counters, tasks read only when the search showed closures."""
         closed = {i.number for i in issues if i.state == "closed"}
+        if not closed:
+            return sum(map(unsettled_of, batches))
         return sum(
             1
             for batch in batches
