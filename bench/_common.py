@@ -13,9 +13,11 @@ import json
 import logging
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -358,4 +360,35 @@ class StoreIO:
             f"{self.reads} file reads ({self.read_bytes / 1e6:.2f} MB; "
             f"{self.index_reads} of index.json), {self.writes} writes "
             f"({self.write_bytes / 1e6:.2f} MB; {self.index_writes} of index.json)"
+        )
+
+
+def median_ms(call: Callable[[], object], calls: int = 20) -> float:
+    """Median milliseconds of `calls` calls, after one untimed call."""
+    call()
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+def add_history_ratios(
+    result: BenchResult,
+    reads: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+    small: int,
+    large: int,
+    target: float = 1.2,
+) -> None:
+    """One figure per read: its median time with `large` archived batches over `small`."""
+    for name, (few, many) in reads.items():
+        base, big = median_ms(few), median_ms(many)
+        result.add(
+            f"{name}: {large} / {small} archived",
+            big / base,
+            "x",
+            f"<= {target}",
+            big / base <= target,
+            note=f"{big:.2f} ms vs {base:.2f} ms",
         )

@@ -14,14 +14,12 @@ Used by `bench/history.py` (`--listing-small`, `--listing-large`).
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import requests
-from _common import BenchResult
+from _common import BenchResult, add_history_ratios
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import build_app
@@ -30,8 +28,6 @@ from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
 from dropbox_eval.store import _count, _summary
 from dropbox_eval.webserver import BackgroundServer
 
-TARGET = 1.2
-CALLS = 20
 PAGE = 5  # the same page in both histories: a page of 50 rows costs more than one of 5
 
 
@@ -79,16 +75,6 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
     )
 
 
-def median_ms(call: Callable[[], object]) -> float:
-    """Median milliseconds of `CALLS` calls."""
-    samples = []
-    for _ in range(CALLS):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
-
-
 def listing_figures(result: BenchResult, small_count: int, large_count: int) -> None:
     """The three listings' cost at `large_count` over `small_count` archived batches."""
     names = (
@@ -100,16 +86,8 @@ def listing_figures(result: BenchResult, small_count: int, large_count: int) -> 
         small = history(Path(small_home), small_count)
         large = history(Path(big_home), large_count)
         try:
-            for name, few, many in zip(names, small[:3], large[:3], strict=True):
-                base, big = median_ms(few), median_ms(many)
-                result.add(
-                    f"{name}: {large_count} / {small_count} archived",
-                    big / base,
-                    "x",
-                    f"<= {TARGET}",
-                    big / base <= TARGET,
-                    note=f"{big:.2f} ms vs {base:.2f} ms",
-                )
+            reads = dict(zip(names, zip(small[:3], large[:3], strict=True), strict=True))
+            add_history_ratios(result, reads, small_count, large_count)
         finally:
             small[3]()
             large[3]()

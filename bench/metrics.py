@@ -12,14 +12,21 @@ views of `/operator` with a signed-in session.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import requests
-from _common import BenchResult, Stopwatch, command_line, emit, make_tasks, parser
+from _common import (
+    BenchResult,
+    Stopwatch,
+    add_history_ratios,
+    command_line,
+    emit,
+    make_tasks,
+    parser,
+)
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import load_settings
@@ -35,8 +42,7 @@ from dropbox_eval.models import (
 from dropbox_eval.web.server import create_web
 from dropbox_eval.webserver import BackgroundServer
 
-TARGET = 1.2
-CALLS = 20
+CALLS = 20  # per read, as in add_history_ratios
 KEY = "bench-operator-key"
 
 
@@ -93,17 +99,6 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
     )
 
 
-def median_ms(call: Callable[[], object]) -> float:
-    """Median milliseconds of `CALLS` calls (after one untimed call)."""
-    call()
-    samples = []
-    for _ in range(CALLS):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
-
-
 def main() -> None:
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--small", type=int, default=5)
@@ -117,16 +112,8 @@ def main() -> None:
         with Stopwatch() as setup:
             large = history(Path(big_home), args.large)
         try:
-            for name, few, many in zip(names, small[:2], large[:2], strict=True):
-                base, big = median_ms(few), median_ms(many)
-                result.add(
-                    f"{name}: {args.large} / {args.small} archived",
-                    big / base,
-                    "x",
-                    f"<= {TARGET}",
-                    big / base <= TARGET,
-                    note=f"{big:.2f} ms vs {base:.2f} ms",
-                )
+            reads = dict(zip(names, zip(small[:2], large[:2], strict=True), strict=True))
+            add_history_ratios(result, reads, args.small, args.large)
         finally:
             small[2]()
             large[2]()
