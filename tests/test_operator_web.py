@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -32,13 +33,22 @@ T = TypeVar("T")
 _OPENED: list[str] | None = None  # files opened while a test watches (audit hook below)
 
 
+@contextlib.contextmanager
+def _served(app: App) -> Iterator[str]:
+    """The web app over `app` on a loopback port, for as long as the block runs."""
+    server = BackgroundServer(create_web(app, lambda: True))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def web(app: App) -> Iterator[str]:
     """The web app over `app`, on a loopback port, with an operator key."""
     app.settings.operator_key = KEY
-    server = BackgroundServer(create_web(app, lambda: True))
-    yield server.start()
-    server.stop()
+    with _served(app) as url:
+        yield url
 
 
 @pytest.fixture
@@ -80,6 +90,17 @@ def _finish_all(app: App, forge: SandboxForge, batch_id: str, labels: list[str])
     owner, name = app.store.get_batch(batch_id).repo.split("/")
     for issue, label in zip(forge.issues(owner, name), labels, strict=True):
         forge.finish_issue(owner, name, issue["number"], comment="done", labels=[label])
+
+
+def _archive_finished(
+    app: App, forge: SandboxForge, client: str, count: int, labels: list[str]
+) -> None:
+    """`count` two-task batches the lane finishes with `labels`, then one service pass
+    (results, reports, archive)."""
+    for n in range(count):
+        batch_id = app.intake.submit_batch(client, tasks(2), batch_ref=f"b{n}")["batch_id"]
+        _finish_all(app, forge, batch_id, labels)
+    Service(app).run(once=True)
 
 
 def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -209,14 +230,10 @@ def test_the_page_needs_the_operator_key(app: App, funded: str, web: str) -> Non
 
 
 def test_the_page_is_off_without_a_key(app: App) -> None:
-    server = BackgroundServer(create_web(app, lambda: True))
-    url = server.start()
-    try:
+    with _served(app) as url:
         for key in ("", "anything"):
             page = requests.get(f"{url}/operator", params={"key": key}, timeout=5)
             assert page.status_code == 401 and "SAAS_EVAL_OPERATOR_KEY" in page.text
-    finally:
-        server.stop()
 
 
 def test_run_with_http_port_serves_metrics_and_the_page(tmp_path: Path) -> None:
@@ -405,15 +422,10 @@ def _scrape_without_history(app: App) -> dict[tuple[str, tuple[tuple[str, str], 
     """Scrape a freshly started web app over `app`'s state, and view its page; fail if
     either read the archive."""
     app.settings.operator_key = KEY
-    restarted = build_app(app.settings)  # a new process's view: no caches
-    server = BackgroundServer(create_web(restarted, lambda: True))
-    url = server.start()
-    try:
+    with _served(build_app(app.settings)) as url:  # a new process's view: no caches
         session, _ = _sign_in(url)
         samples, opened = _opened_during(lambda: _samples(url))
         page, page_opened = _opened_during(lambda: session.get(f"{url}/operator", timeout=5))
-    finally:
-        server.stop()
     assert page.status_code == 200 and "Service health" in page.text
     opened += page_opened
     assert any(path.endswith("index.json") for path in opened)  # the hook does see reads
@@ -425,10 +437,7 @@ def _scrape_without_history(app: App) -> dict[tuple[str, tuple[tuple[str, str], 
 def test_a_scrape_reads_no_archived_history_and_matches_the_store_after_restarts(
     app: App, forge: SandboxForge, funded: str
 ) -> None:
-    for n in range(3):
-        batch_id = app.intake.submit_batch(funded, tasks(2), batch_ref=f"b{n}")["batch_id"]
-        _finish_all(app, forge, batch_id, ["eval-pass", "eval-fail"])
-    Service(app).run(once=True)
+    _archive_finished(app, forge, funded, 3, ["eval-pass", "eval-fail"])
     app.intake.submit_batch(funded, tasks(1))
     assert app.store.count_batches() == {"emitted": 3, "running": 1}
     assert len(app.store.list_batches(live_only=True)) == 1  # three archived
@@ -444,10 +453,7 @@ def test_a_scrape_reads_no_archived_history_and_matches_the_store_after_restarts
 def test_a_state_from_before_the_running_totals_is_summed_once(
     app: App, forge: SandboxForge, funded: str
 ) -> None:
-    for n in range(2):
-        batch_id = app.intake.submit_batch(funded, tasks(2), batch_ref=f"b{n}")["batch_id"]
-        _finish_all(app, forge, batch_id, ["eval-pass", "eval-pass"])
-    Service(app).run(once=True)
+    _archive_finished(app, forge, funded, 2, ["eval-pass", "eval-pass"])
     index_path = app.settings.state_path / "index.json"
     index = json.loads(index_path.read_text())
     del index["counts"]["1"]["totals"]  # as a version without them left it ...
@@ -455,13 +461,8 @@ def test_a_state_from_before_the_running_totals_is_summed_once(
     write_atomically(index_path, json.dumps(index))
     expected = _store_figures(app)
 
-    restarted = build_app(app.settings)
-    server = BackgroundServer(create_web(restarted, lambda: True))
-    url = server.start()
-    try:
+    with _served(build_app(app.settings)) as url:
         first = _samples(url)  # sums the archive once and keeps the totals
-    finally:
-        server.stop()
     assert {name: first[name] for name in expected} == expected
     assert expected[("dropbox_eval_tasks", (("status", "passed"),))] == 4
     assert app.store.count_batches() == {"emitted": 2}  # summed again from the archive
