@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
 from dropbox_eval.app import App, build_app
+from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.emitter import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
@@ -134,3 +137,33 @@ def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
 def read_json(path: Path) -> Any:
     """Parse a JSON file."""
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+class Cli:
+    """`dropbox-eval` in-process, rooted in a tmp home, the token in the environment."""
+
+    def __init__(self, home: Path, forge: SandboxForge) -> None:
+        self.home = home
+        self.forge = forge
+        self.runner = CliRunner()
+        self.base = ["--home", str(home), "--gitea-url", forge.url, "--owner", forge.user]
+
+    def __call__(self, *args: str, base: bool = True, env: dict[str, str] | None = None) -> Result:
+        return self.runner.invoke(main, [*(self.base if base else []), *args], env=env)
+
+    def submit(self, count: int, client: str = "acme") -> str:
+        """Submit a batch of `count` tasks for `client`; its batch id."""
+        source = self.home / f"b{count}-{client}.json"
+        source.write_text(json.dumps({"client_id": client, "tasks": tasks(count)}))
+        result = self("submit", str(source), "--json")
+        assert result.exit_code == 0, result.output
+        return str(json.loads(result.stdout)["batch_id"])
+
+
+def isolated_cli(home: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """A `Cli` whose environment holds no setting of the machine's, only the token."""
+    for key in list(os.environ):
+        if key.startswith(("SAAS_EVAL_", "SANDBOX_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)
+    return Cli(home, forge)

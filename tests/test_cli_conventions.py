@@ -12,8 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner, Result
-from conftest import tasks, wait_for
+from conftest import Cli, isolated_cli, tasks, wait_for
 from filelock import FileLock
 
 from dropbox_eval import __version__
@@ -22,33 +21,9 @@ from dropbox_eval.errors import EXIT_CODES
 from dropbox_eval.sandbox import SandboxForge
 
 
-class Cli:
-    """`dropbox-eval` in-process, rooted in a tmp home, the token in the environment."""
-
-    def __init__(self, home: Path, forge: SandboxForge) -> None:
-        self.home = home
-        self.forge = forge
-        self.runner = CliRunner()
-        self.base = ["--home", str(home), "--gitea-url", forge.url, "--owner", forge.user]
-
-    def __call__(self, *args: str, base: bool = True) -> Result:
-        return self.runner.invoke(main, [*(self.base if base else []), *args])
-
-    def submit(self, count: int, client: str = "acme") -> str:
-        source = self.home / f"b{count}.json"
-        source.write_text(json.dumps({"client_id": client, "tasks": tasks(count)}))
-        result = self(*["submit", str(source), "--json"])
-        assert result.exit_code == 0, result.output
-        return str(json.loads(result.stdout)["batch_id"])
-
-
 @pytest.fixture
 def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch) -> Cli:
-    for key in list(os.environ):
-        if key.startswith("SAAS_EVAL_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)
-    return Cli(tmp_path, forge)
+    return isolated_cli(tmp_path, forge, monkeypatch)
 
 
 def _commands(group: click.Group, path: list[str]) -> Iterator[list[str]]:

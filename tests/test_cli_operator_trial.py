@@ -3,47 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
-from conftest import tasks
+from conftest import Cli, isolated_cli, tasks
 
-from dropbox_eval.cli import main
 from dropbox_eval.errors import EXIT_FAILED, EXIT_USAGE
 from dropbox_eval.sandbox import SandboxForge
 
 
-class Cli:
-    """`dropbox-eval` in-process, rooted in a tmp home, the token in the environment."""
-
-    def __init__(self, home: Path, forge: SandboxForge) -> None:
-        self.home = home
-        self.forge = forge
-        self.runner = CliRunner()
-        self.base = ["--home", str(home), "--gitea-url", forge.url, "--owner", forge.user]
-
-    def __call__(self, *args: str, env: dict[str, str] | None = None) -> Result:
-        return self.runner.invoke(main, [*self.base, *args], env=env)
-
-    def submit(self, count: int, client: str = "acme") -> str:
-        source = self.home / f"b{count}-{client}.json"
-        source.write_text(json.dumps({"client_id": client, "tasks": tasks(count)}))
-        result = self("submit", str(source), "--json")
-        assert result.exit_code == 0, result.output
-        return str(json.loads(result.stdout)["batch_id"])
-
-
 @pytest.fixture
 def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch) -> Cli:
-    for key in list(os.environ):
-        if key.startswith(("SAAS_EVAL_", "SANDBOX_")):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)
+    made = isolated_cli(tmp_path, forge, monkeypatch)
     monkeypatch.setenv("SAAS_EVAL_SETTLE_SECONDS", "0")  # a closed issue finishes at once
-    return Cli(tmp_path, forge)
+    return made
 
 
 @pytest.mark.parametrize(
