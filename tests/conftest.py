@@ -29,14 +29,19 @@ def forge() -> Iterator[SandboxForge]:
         yield running
 
 
+def settings_on(forge: SandboxForge, home: Path, **fields: Any) -> Settings:
+    """Settings rooted in `home`, pointing at `forge` (its URL, token and user), plus `fields`."""
+    return load_settings(
+        home=home, gitea_url=forge.url, gitea_token=forge.token, owner=forge.user, **fields
+    )
+
+
 @pytest.fixture
 def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
     """Settings rooted in a tmp folder, pointing at the sandbox forge."""
-    return load_settings(
-        home=tmp_path,
-        gitea_url=forge.url,
-        gitea_token=forge.token,
-        owner=forge.user,
+    return settings_on(
+        forge,
+        tmp_path,
         quiet_period=0.1,
         poll_interval=0.2,
         settle_seconds=0,  # tests close issues in one go; test_lane_results.py settles

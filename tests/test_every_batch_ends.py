@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import read_json, tasks, wait_for
+from conftest import read_json, settings_on, tasks, wait_for
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
@@ -26,18 +26,9 @@ from dropbox_eval.webserver import BackgroundServer
 @pytest.fixture(params=["gitea", "forgejo"])
 def flavoured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[App, SandboxForge]]:
     """An app on a sandbox of each flavour (Gitea answers 500 where Forgejo answers 404)."""
-    from dropbox_eval.config import load_settings
-
     with SandboxForge(port=0, flavor=request.param) as forge:
-        settings = load_settings(
-            home=tmp_path,
-            gitea_url=forge.url,
-            gitea_token=forge.token,
-            owner=forge.user,
-            quiet_period=0.1,
-            poll_interval=0.2,
-            retry_base=0.2,
-            retry_cap=1.0,
+        settings = settings_on(
+            forge, tmp_path, quiet_period=0.1, poll_interval=0.2, retry_base=0.2, retry_cap=1.0
         )
         app = build_app(settings)
         app.billing.add_client("acme", 100)

@@ -25,10 +25,9 @@ from typing import Any
 
 import paramiko
 import pytest
-from conftest import read_json, tasks, wait_for
+from conftest import read_json, settings_on, tasks, wait_for
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.config import load_settings
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 from dropbox_eval.sftp import sftp_status
@@ -92,11 +91,9 @@ def _start_endpoint(home: Path, log: Path) -> tuple[subprocess.Popen[str], int]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("sftp-home")
     with SandboxForge(port=0) as forge:
-        settings = load_settings(
-            home=home,
-            gitea_url=forge.url,
-            gitea_token=forge.token,
-            owner=forge.user,
+        settings = settings_on(
+            forge,
+            home,
             quiet_period=600.0,
             rescan_interval=600.0,
             poll_interval=600.0,
