@@ -90,10 +90,11 @@ class Lifecycle(UsesForge):
             return self.store.get_batch(batch_id)
         return self._abort(batch_id, BatchStatus.CANCELLED)
 
-    def end_if_due(self, batch_id: str) -> bool:
+    def end_if_due(self, batch_id: str, batch: BatchRecord | None = None) -> bool:
         """Finish a pending cancel or expire a batch past its deadline; True if it ended.
-        The deadline always wins: past it, the batch ends even if the forge is down."""
-        batch = self.store.get_batch(batch_id)
+        The deadline always wins: past it, the batch ends even if the forge is down.
+        `batch`: its record, when the caller has just read it."""
+        batch = batch or self.store.get_batch(batch_id)
         if batch.status != BatchStatus.RUNNING:
             return False
         overdue = batch.deadline is not None and batch.deadline <= utcnow()

@@ -218,9 +218,9 @@ class ForgeWorker:
         to_poll: list[str] = []
         failing: list[str] = []  # batches whose earlier visits failed: reset once this works
         for batch_id in batch_ids:
-            if lifecycle.end_if_due(batch_id):
-                continue
             batch = store.get_batch(batch_id)
+            if lifecycle.end_if_due(batch_id, batch):
+                continue
             if batch.status != BatchStatus.RUNNING or not is_due(batch):
                 continue
             opened: int | None = 0
