@@ -30,6 +30,7 @@ from tenacity import (
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import HTTPError, NewConnectionError
 
+from . import crashpoints
 from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
 from .fileio import write_atomically
@@ -186,6 +187,7 @@ class WebhookEmitter:
                 )
                 status = int(response.status)
                 response.release_conn()
+                crashpoints.wrote(f"POST {shown_url(target.url)}")
                 return status
             except NewConnectionError as exc:  # this address refused: try the next
                 error = exc

@@ -9,6 +9,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from . import crashpoints
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -40,6 +42,7 @@ def write_at(folder_fd: int, name: str, data: bytes, *, tmp: str | None = None) 
             os.unlink(tmp, dir_fd=folder_fd)
         raise
     os.fsync(folder_fd)
+    crashpoints.wrote(name)
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -21,6 +21,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from . import crashpoints
 from .errors import ForgePermanent, ForgeRetryable
 from .forgewire import json_body, server_time, status_error
 from .locks import SharedLock
@@ -100,6 +101,8 @@ class ForgeTransport:
             why = plain_reason(exc)  # no pool reprs or errno in a message
             raise ForgeRetryable(f"{method} {path}: forge unreachable ({why})") from exc
         if response.status_code < 300:
+            if method not in ("GET", "HEAD"):
+                crashpoints.wrote(f"{method} {path}")
             return response
         raise status_error(method, path, response)
 

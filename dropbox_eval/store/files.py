@@ -16,6 +16,7 @@ from typing import Any
 
 from tinydb.storages import Storage
 
+from .. import crashpoints
 from ..errors import StoreError
 from ..fileio import write_atomically
 
@@ -75,6 +76,7 @@ def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
         handle.write("".join(json.dumps(d, separators=(",", ":")) + "\n" for d in docs))
         handle.flush()
         os.fsync(handle.fileno())
+    crashpoints.wrote(path.name)
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -127,3 +129,4 @@ def unlink_quietly(path: Path) -> None:
     """Remove a file that may already be gone."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+        crashpoints.wrote(f"removed {path.name}")

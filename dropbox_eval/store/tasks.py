@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .. import crashpoints
 from .files import append_lines, read_lines, read_table, unlink_quietly, write_table
 
 Changes = dict[str, dict[str, Any]]
@@ -99,3 +100,4 @@ class TaskFiles:
         target = self.archive / batch_id[:6] / "tasks" / live.name
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(live, target)
+        crashpoints.wrote(f"archived {live.name}")

@@ -1,0 +1,77 @@
+"""Crash points: a test hook that kills the process right after the Nth durable write of
+one multi-file operation, so that a test can walk N over every write of it.
+
+`DROPBOX_EVAL_CRASH_AFTER=<operation>:<N>` (read once, at import) arms it; only the tests'
+service processes set it. Unarmed, `wrote` costs one comparison. A durable write is
+anything a restart sees afterwards: an atomic file write, an appended journal line, a
+rename or removal in the state, a write request to the forge or a callback POST.
+
+Operations nest (a cancel settles): a write counts for every operation open around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+ENV = "DROPBOX_EVAL_CRASH_AFTER"
+OPERATIONS = frozenset(
+    {
+        "intake",  # record the batch and its hold, open its issues, file the drop
+        "settle",  # the record's final status and charge, then the ledger and index row
+        "emit",  # the report, the record's emitted_at, then the archive
+        "archive",  # keys, archive rows, the index, then the files moved out
+        "delivery-schedule",  # a failed delivery: the undelivered copy, then the record
+        "cancel",  # the request on the record, closing the issues, then settle
+        "expire",  # closing the issues, then settle
+        "fund",  # one index write
+        "rotate-secret",  # one index write
+    }
+)
+_open: ContextVar[tuple[str, ...]] = ContextVar("crash_operations", default=())
+_lock = threading.Lock()
+_counts: dict[str, int] = {}
+
+
+def _armed() -> tuple[str, int] | None:
+    value = os.environ.get(ENV, "")
+    name, _, count = value.partition(":")
+    if name not in OPERATIONS or not count.isdigit() or int(count) < 1:
+        return None
+    return name, int(count)
+
+
+_ARMED = _armed()
+
+
+@contextlib.contextmanager
+def operation(name: str) -> Iterator[None]:
+    """Count the durable writes made inside the block (and in threads started with
+    `contextvars.copy_context()` from it) toward `name`."""
+    assert name in OPERATIONS, name
+    token = _open.set((*_open.get(), name))
+    try:
+        yield
+    finally:
+        _open.reset(token)
+
+
+def wrote(what: str) -> None:
+    """Record one durable write; the armed crash point kills the process right after it."""
+    if _ARMED is None:
+        return
+    target, limit = _ARMED
+    if target not in _open.get():
+        return
+    with _lock:
+        _counts[target] = _counts.get(target, 0) + 1
+        reached = _counts[target] == limit
+    if reached:
+        sys.stderr.write(f"crash point: {target} write {limit} ({what})\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
