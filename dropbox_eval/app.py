@@ -20,6 +20,7 @@ from .poller import Poller
 from .rejections import RejectionLog
 from .schedule import Schedule
 from .settle import Settler
+from .statecheck import StateCheck
 from .store import Store
 from .web.metrics import Metrics
 from .webhooks import Nudges, WebhookReceiver
@@ -41,6 +42,7 @@ class App:
     delivery: Delivery
     nudges: Nudges
     webhooks: WebhookReceiver
+    statecheck: StateCheck
     metrics: Metrics = field(default_factory=Metrics)
 
 
@@ -116,5 +118,6 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
         delivery,
         nudges,
         webhooks,
+        StateCheck(store, billing, settings.delivery_max_attempts),
         metrics,
     )

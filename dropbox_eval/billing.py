@@ -12,6 +12,7 @@ import base64
 import hashlib
 import secrets
 
+from . import crashpoints
 from .errors import BatchRejected, DropboxEvalError, InvalidArgument, NotFoundError
 from .models import ID_PATTERN, Client, LedgerEntry, LedgerKind, is_valid_id, utcnow
 from .store import Store
@@ -62,7 +63,7 @@ class Billing:
         """Add credits (must be positive)."""
         if credits <= 0:
             raise InvalidArgument("credits to add must be a positive whole number")
-        with self.store.locked():
+        with self.store.locked(), crashpoints.operation("fund"):  # one index write
             self.client(client_id)
             self._post(client_id, "fund", credits, note=note)
         return self.client(client_id)
@@ -77,7 +78,7 @@ class Billing:
     def rotate_secret(self, client_id: str) -> str:
         """Replace the client's webhook secret; returns the new one."""
         secret = new_webhook_secret()
-        with self.store.locked():
+        with self.store.locked(), crashpoints.operation("rotate-secret"):  # one index write
             self.client(client_id)
             self.store.update_client(client_id, webhook_secret=secret)
         return secret

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import crashpoints
 from .config import Settings
 from .emitter import Emitter
 from .errors import DeliveryError, NotFinished
@@ -50,11 +51,20 @@ class Delivery:
                 "already_emitted": True,
                 "emitted_at": batch.emitted_at.isoformat(),
             }
+        with crashpoints.operation("emit"):
+            return self._emit(batch)
+
+    def _emit(self, batch: BatchRecord) -> dict[str, Any]:
+        """The report first (a file, or a POST whose failure keeps a copy in
+        `undelivered/`), then `emitted_at` on the record, then the archive: a kill before
+        the record write sends the identical report again, with the same webhook-id."""
+        batch_id = batch.batch_id
         report = batch.report or build_report(batch, self.store.get_tasks(batch_id))
         try:
             where = self.emitter.deliver(report, batch.callback_url, self._secret(batch))
         except DeliveryError as exc:
-            self._failed(batch, exc)
+            with crashpoints.operation("delivery-schedule"):
+                self._failed(batch, exc)
             raise
         # completed -> emitted; the side exits keep their status, with emitted_at
         status = BatchStatus.EMITTED if batch.status == BatchStatus.COMPLETED else batch.status

@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
+from . import crashpoints
 from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
@@ -110,6 +112,17 @@ class Intake(UsesForge):
         which stores that the intake is done in the same write (one write fewer before
         the client hears; a crash in between costs a visit that creates nothing).
         """
+        with crashpoints.operation("intake"):
+            return self._accept(batch, client_id, source, sha256, mark_done)
+
+    def _accept(
+        self,
+        batch: BatchFile,
+        client_id: str,
+        source: str | None,
+        sha256: str | None,
+        mark_done: bool,
+    ) -> dict[str, Any]:
         recorded = self.record(batch, client_id, source=source, sha256=sha256)
         record = recorded.batch
         if not recorded.duplicate:
@@ -121,7 +134,9 @@ class Intake(UsesForge):
                 source or API_SOURCE,
             )
         # the duplicate keys are written while the forge answers, not before its first call
-        keys = self._aside.submit(self.store.write_keys, record) if recorded.tasks else None
+        keys = None
+        if recorded.tasks:
+            keys = self._aside.submit(copy_context().run, self.store.write_keys, record)
         try:
             if self._gitea is not None:  # without a forge, the service creates them later
                 self.lifecycle.visit(
@@ -141,7 +156,7 @@ class Intake(UsesForge):
         """The drop sits beside its receipt: one write stores that, and that the intake is
         done when the receipt names every task's issue."""
         done = all(item["issue_number"] is not None for item in receipt["issues"])
-        fields = {"filed": True, "intake_done": True} if done else {"filed": True}
+        fields: dict[str, Any] = {"filed": True, "intake_done": True} if done else {"filed": True}
         self.store.update_batch(receipt["batch_id"], **fields)
 
     def receipt(self, batch_id: str, *, duplicate: bool = False) -> dict[str, Any]:
@@ -256,7 +271,7 @@ class Intake(UsesForge):
         `intake_done` to `filed`."""
         if batch.intake_done or batch.status != BatchStatus.RUNNING or batch.cancel_requested:
             return 0
-        with self.store.intake_lease(batch.batch_id) as leased:
+        with crashpoints.operation("intake"), self.store.intake_lease(batch.batch_id) as leased:
             if not leased:  # another process is creating this batch's issues right now
                 return 0
             if not fresh:  # re-read: the lease holder before us may have stored progress
@@ -307,7 +322,12 @@ class Intake(UsesForge):
                 if task is not None:
                     body = issue_body(batch.batch_id, task.payload)
                     future = pool.submit(
-                        self.gitea.create_issue, batch.repo, task.payload.title, body, [label_id]
+                        copy_context().run,  # the crash points count these writes too
+                        self.gitea.create_issue,
+                        batch.repo,
+                        task.payload.title,
+                        body,
+                        [label_id],
                     )
                     in_flight[future] = task.task_id
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from . import crashpoints
 from .config import Settings
 from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable, NotRunning
 from .forge import GiteaClient, UsesForge
@@ -84,11 +85,14 @@ class Lifecycle(UsesForge):
                 f"batch {batch_id} is {batch.status}; only running batches can be cancelled",
                 status=batch.status,
             )
-        if not batch.cancel_requested:
-            self.store.update_batch(batch_id, cancel_requested=True)
-        if self._gitea is None:  # a command without the forge: the service finishes it
-            return self.store.get_batch(batch_id)
-        return self._abort(batch_id, BatchStatus.CANCELLED)
+        # The request on the record first: a kill after it is finished by the next visit
+        # (end_if_due), which closes the issues still open and then settles.
+        with crashpoints.operation("cancel"):
+            if not batch.cancel_requested:
+                self.store.update_batch(batch_id, cancel_requested=True)
+            if self._gitea is None:  # a command without the forge: the service finishes it
+                return self.store.get_batch(batch_id)
+            return self._abort(batch_id, BatchStatus.CANCELLED)
 
     def end_if_due(self, batch_id: str, batch: BatchRecord | None = None) -> bool:
         """Finish a pending cancel or expire a batch past its deadline; True if it ended.
@@ -104,8 +108,11 @@ class Lifecycle(UsesForge):
             status = BatchStatus.EXPIRED
         else:
             return False
-        if self.visit(batch_id, self._abort, batch_id, status) is None and overdue:
-            self._end_locally(batch_id, status)
+        # Issues closed one by one (each task's end journalled), then settle: a kill
+        # between them is finished by the next visit, which sees the same deadline.
+        with crashpoints.operation("cancel" if status == BatchStatus.CANCELLED else "expire"):
+            if self.visit(batch_id, self._abort, batch_id, status) is None and overdue:
+                self._end_locally(batch_id, status)
         return True
 
     def fail(self, batch_id: str, failure: str) -> BatchRecord:

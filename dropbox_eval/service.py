@@ -38,7 +38,7 @@ class Service:
         self._status_lock = threading.Lock()
         self.forge_failures = 0  # forge errors reported so far (`run --once` exits 1 on any)
         self.inbox = InboxWorker(app, self.stop_event, self._report, polling=polling)
-        self.forge = ForgeWorker(app, self.stop_event, self._report)
+        self.forge = ForgeWorker(app, self.stop_event, self._report, on_full=self.check_state)
         self.delivery = DeliveryWorker(app, self.stop_event, self._report)
         app.lifecycle.on_error = self._report
 
@@ -64,6 +64,7 @@ class Service:
                 last_poll_at=None,
                 last_error=None,
             )
+            self.check_state()
             log.info(
                 "service started: inbox %s, outbox %s",
                 self.settings.inbox_path,
@@ -132,6 +133,18 @@ class Service:
         wait(self.delivery.deliver_due())
         for pool in (self.inbox.pool, self.forge.pool, self.delivery.pool):
             pool.shutdown(wait=True)
+
+    def check_state(self) -> None:
+        """The state check with repairs (at start, before any worker; and on every full
+        reconciliation): what it cannot repair stays in the status for `status` and
+        `/readyz` until a later check finds it gone."""
+        findings = self.app.statecheck.run(repair=True)
+        left = [f.as_dict() for f in findings if not f.repairable]
+        self._set_status(
+            state_checked_at=_now(),
+            state_repaired=sum(1 for f in findings if f.repaired),
+            state_problems=left,
+        )
 
     def poll_cycle(self) -> None:
         """One forge cycle, run to its end (for `run --once`, `poll` and tests)."""

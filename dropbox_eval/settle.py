@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from . import crashpoints
 from .billing import Billing
 from .models import BatchRecord, BatchStatus, TaskRecord, utcnow
 from .report import build_report
@@ -38,9 +39,6 @@ class Settler:
                 return current
             finished = sum(1 for t in tasks if t.status.is_lane_verdict)
             charged = finished * current.unit_price
-            self.store.settle(
-                self.billing.settlement(current.client_id, batch_id, current.cost, charged)
-            )
             fields = {
                 "status": status,
                 "completed_at": utcnow(),
@@ -51,8 +49,19 @@ class Settler:
                 "next_attempt_at": None,
             }
             final = current.model_copy(update=fields)
-            # the report is fixed in the same write: every later emit sends these bytes
-            closed = self.store.update_batch(batch_id, **fields, report=build_report(final, tasks))
+            # The record first (the report fixed in the same write: every later emit sends
+            # these bytes), then the settlement with the index row: a kill between the two
+            # leaves a finished record still holding credits, which the state check at the
+            # next start settles from the record (statecheck.py).
+            with crashpoints.operation("settle"):
+                closed = self.store.update_batch(
+                    batch_id,
+                    settlement=self.billing.settlement(
+                        current.client_id, batch_id, current.cost, charged
+                    ),
+                    **fields,
+                    report=build_report(final, tasks),
+                )
         log.info(
             "batch %s: %s; charged %d, released %d%s",
             batch_id,

@@ -135,10 +135,17 @@ class InboxWorker:
 class ForgeWorker:
     """Cancel/expire, resumed intakes and polling, repo by repo in parallel."""
 
-    def __init__(self, app: App, stop: threading.Event, report: Report) -> None:
+    def __init__(
+        self,
+        app: App,
+        stop: threading.Event,
+        report: Report,
+        on_full: Callable[[], None] | None = None,
+    ) -> None:
         self.app = app
         self.stop = stop
         self.report = report
+        self.on_full = on_full  # the state check, run before each full reconciliation
         self.cycles = 0
         self.pool = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="forge")
         self.busy: set[str] = set()  # repos whose last visit is still running
@@ -172,6 +179,8 @@ class ForgeWorker:
         if only is None:
             self.cycles += 1
             full = (self.cycles - 1) % self.app.settings.full_poll_every == 0
+            if full and self.cycles > 1 and self.on_full is not None:  # the start ran it
+                guarded("state check", self.report, self.on_full)
         by_repo: dict[str, list[str]] = {}
         for row in self.app.store.list_batches(live_only=True):
             if row["status"] != BatchStatus.RUNNING or self.stop.is_set():

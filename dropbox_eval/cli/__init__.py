@@ -141,11 +141,11 @@ def main(ctx: click.Context, /, verbose: int, log_format: str) -> None:
 
 def _register() -> None:
     from ..sftp.cli import add_key_command, keys_command, remove_key_command, sftp_command
-    from . import batches, clients, demo, service
+    from . import batches, check, clients, demo, service
 
     for key_command in (add_key_command, keys_command, remove_key_command):
         clients.clients.add_command(key_command)
-    for module in (service, batches, demo):
+    for module in (service, batches, check, demo):
         for command in module.COMMANDS:
             main.add_command(command)
     main.add_command(sftp_command)

@@ -195,7 +195,8 @@ def status(obj: Context, as_json: bool) -> None:
         record.setdefault("running", False)
         if not record["running"]:  # the pid of a stopped service means nothing any more
             old = _stopped_record(store.state_dir)
-            record.update({k: old[k] for k in ("stopped_at", "last_error") if old.get(k)})
+            kept = ("stopped_at", "last_error", "state_problems")
+            record.update({k: old[k] for k in kept if old.get(k)})
         counts = store.count_batches()  # the index alone, whatever the history
         record["batches"] = counts
         record["sftp"] = sftp_status(store.state_dir)
@@ -208,6 +209,12 @@ def status(obj: Context, as_json: bool) -> None:
     else:
         click.echo(f"service: not running (stopped {record.get('stopped_at') or '-'})")
     click.echo(f"last error: {record.get('last_error') or '-'}")
+    problems = record.get("state_problems") or []
+    click.echo(
+        f"state: {len(problems)} problem(s) to look at (`dropbox-eval check`)"
+        if problems
+        else "state: no problem found at the last check"
+    )
     click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     sftp = record["sftp"]
     where = f"on {sftp.get('host')}:{sftp.get('port')} (pid {sftp.get('pid')})"

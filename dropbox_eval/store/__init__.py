@@ -27,14 +27,16 @@ import contextlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from typing import Any
 
+from .. import crashpoints
 from ..errors import NotFoundError, StoreError
 from ..fileio import write_atomically
 from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id, utcnow
 from . import paging, totals
-from .base import Row, _dump, _encode, _insert
-from .clients import ClientStore, _post
+from .base import SUMMARY_FIELDS, Row, _dump, _encode, _insert, summary_row
+from .clients import ClientStore, _post, settle_once
 from .files import AtomicJSONStorage, append_lines, unlink_quietly, write_table
 from .tasks import Signature
 
@@ -52,15 +54,17 @@ class Store(ClientStore):
         """Write the tasks (one write for all) and the batch record, then its index row and
         hold in one atomic write. Its duplicate keys follow (`write_keys`).
 
-        A crash before the index write leaves only unreferenced files, never a batch without
-        its hold. The two files (and the batch's lease file) are written side by side, their
-        fsyncs overlapping: nothing reads them before the index names the batch.
+        The index write commits the intake: a crash before it leaves only unreferenced
+        files, never a batch without its hold, and the state check removes them
+        (`discard_unrecorded`); the drop is read again, or the API caller got no receipt.
+        The two files (and the batch's lease file) are written side by side, their fsyncs
+        overlapping: nothing reads them before the index names the batch.
         """
         with self.locked():
             rows = [_dump(t) for t in tasks]
             beside = [
-                _BESIDE.submit(self.tasks.create, batch.batch_id, rows),
-                _BESIDE.submit(self._new_lease, batch.batch_id),
+                _BESIDE.submit(copy_context().run, self.tasks.create, batch.batch_id, rows),
+                _BESIDE.submit(copy_context().run, self._new_lease, batch.batch_id),
             ]
             try:
                 write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [_dump(batch)])
@@ -68,7 +72,7 @@ class Store(ClientStore):
                 for future in beside:
                     future.result()
             with self._index_change() as data:
-                _insert(data["batches"], _summary(batch))
+                _insert(data["batches"], summary_row(batch))
                 if hold is not None:
                     _post(data, hold)
 
@@ -131,9 +135,16 @@ class Store(ClientStore):
         with self.locked():
             self.tasks.append(batch_id, encoded)
 
-    def update_batch(self, batch_id: str, **fields: Any) -> BatchRecord:
-        """Change batch fields (one small write) and refresh its index row; an emitted
-        batch's row and ledger entries move to the archive. Returns the new record."""
+    def update_batch(
+        self, batch_id: str, *, settlement: list[LedgerEntry] | None = None, **fields: Any
+    ) -> BatchRecord:
+        """Change batch fields; returns the new record.
+
+        Write order (every prefix is completed by a restart, `statecheck.py`): the record
+        first, since it owns the batch's facts (status, completion, charges, delivery); then
+        what derives from it in one index write: its row (a cache) and, when the batch ends,
+        the ledger's `settlement` (posted once). An emitted batch is archived instead.
+        """
         encoded = {k: _encode(v) for k, v in fields.items()}
         with self.locked():
             with self._open(self._batch_file(batch_id)) as db:
@@ -142,21 +153,30 @@ class Store(ClientStore):
             batch = BatchRecord.model_validate(row)
             if batch.emitted_at is not None:
                 self.archive(batch)
-            elif any(key in _SUMMARY_FIELDS for key in fields):
+            elif settlement or any(key in SUMMARY_FIELDS for key in fields):
                 with self._index_change() as data:
-                    for index_row in data["batches"].values():
-                        if index_row["batch_id"] == batch_id:
-                            index_row.update(_summary(batch))
+                    _refresh_row(data, batch)
+                    if settlement:
+                        settle_once(data, settlement)
         return batch
 
-    def archive(self, batch: BatchRecord) -> None:
-        """Move an emitted batch out of the index: write any duplicate key it lacks and
-        append to the archive first, then drop its row and ledger entries and count it in
-        one write, then move its files out of the live folders (idempotent; readers
-        dedupe)."""
+    def rewrite_row(self, batch: BatchRecord) -> None:
+        """Rewrite a live batch's index row from its record (the row is a cache)."""
         with self._index_change() as data:
-            if not any(r["batch_id"] == batch.batch_id for r in data["batches"].values()):
-                return  # archived already (a re-emit)
+            _refresh_row(data, batch)
+
+    def archive(self, batch: BatchRecord) -> None:
+        """Move an emitted batch out of the index. Write order (each step idempotent, and a
+        restart finishes the rest): any duplicate key it lacks, its archive rows (readers
+        dedupe), then one index write that drops its row and ledger entries and counts it,
+        then its files moved out of the live folders."""
+        with self.locked(), crashpoints.operation("archive"):
+            if any(r["batch_id"] == batch.batch_id for r in self._live_rows()):
+                self._archive_row(batch)
+            self._move_to_archive(batch.batch_id)
+
+    def _archive_row(self, batch: BatchRecord) -> None:
+        with self._index_change() as data:
             self._ensure_totals(data)
             self.write_keys(batch, missing_only=True)  # the row found duplicates until now
             entries = {
@@ -164,7 +184,7 @@ class Store(ClientStore):
             }
             archived_at = utcnow().isoformat()  # the order of the archive file (paging.py)
             self.archive_rows.add(
-                {**_summary(batch), "archived_at": archived_at}, list(entries.values())
+                {**summary_row(batch), "archived_at": archived_at}, list(entries.values())
             )
             data["batches"] = {
                 k: r for k, r in data["batches"].items() if r["batch_id"] != batch.batch_id
@@ -172,8 +192,7 @@ class Store(ClientStore):
             data["ledger"] = {k: e for k, e in data["ledger"].items() if k not in entries}
             _count(data["counts"], batch)
             tasks = self._task_statuses(batch.batch_id)
-            totals.add(data["counts"]["1"], _summary(batch), tasks, list(entries.values()))
-        self._move_to_archive(batch.batch_id)
+            totals.add(data["counts"]["1"], summary_row(batch), tasks, list(entries.values()))
 
     def snapshot(self) -> totals.Snapshot:
         """One read of the index: live batch rows, live ledger, clients, and the running
@@ -220,6 +239,7 @@ class Store(ClientStore):
                 target = self.archive_dir / batch_id[:6] / "batches" / live.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(live, target)
+                crashpoints.wrote(f"archived {live.name}")
         unlink_quietly(self.leases_dir / f"{batch_id}.lock")
         with self._cache_lock:
             self._cache.pop(batch_id, None)
@@ -287,25 +307,10 @@ class Store(ClientStore):
         return str(found[0]["batch_id"]) if found else None
 
 
-_SUMMARY_FIELDS = (
-    "batch_id",
-    "client_id",
-    "batch_ref",
-    "status",
-    "total",
-    "done",
-    "repo",
-    "sha256",
-    "source",
-    "created_at",
-    "completed_at",
-    "emitted_at",
-)
-
-
-def _summary(batch: BatchRecord) -> Row:
-    data = _dump(batch)
-    return {key: data[key] for key in _SUMMARY_FIELDS}
+def _refresh_row(data: dict[str, dict[str, Any]], batch: BatchRecord) -> None:
+    for index_row in data["batches"].values():
+        if index_row["batch_id"] == batch.batch_id:
+            index_row.update(summary_row(batch))
 
 
 def _count(table: dict[str, Any], batch: BatchRecord) -> None:

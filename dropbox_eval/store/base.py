@@ -134,9 +134,56 @@ class StoreBase:
         archived = self.archive_dir / batch_id[:6] / "batches" / f"{batch_id}.json"
         return archived if archived.exists() else live
 
+    def live_record_ids(self) -> list[str]:
+        """The ids of the batch records in the live folder (bounded by live work)."""
+        return sorted(path.stem for path in self.batches_dir.glob("*.json"))
+
+    def discard_unrecorded(self, batch_id: str) -> bool:
+        """Remove a live record, its tasks and its lease when the index never named the
+        batch: an intake killed before its one committing write (the index row and hold).
+        False, and nothing removed, when the index names it."""
+        with self.locked():
+            if any(row["batch_id"] == batch_id for row in self._live_rows()):
+                return False
+            base = self.tasks.live / f"{batch_id}.json"
+            for path in (
+                self.tasks.journal(base),
+                base,
+                self.leases_dir / f"{batch_id}.lock",
+                self.batches_dir / f"{batch_id}.json",
+            ):
+                unlink_quietly(path)
+        return True
+
+    def live_rows(self) -> list[Row]:
+        """The index's live batch rows (a cache of their records' summary fields)."""
+        return self._live_rows()
+
     def _live_rows(self) -> list[Row]:
         with self._index() as db:
             return [dict(r) for r in db.table("batches").all()]
+
+
+SUMMARY_FIELDS = (
+    "batch_id",
+    "client_id",
+    "batch_ref",
+    "status",
+    "total",
+    "done",
+    "repo",
+    "sha256",
+    "source",
+    "created_at",
+    "completed_at",
+    "emitted_at",
+)
+
+
+def summary_row(batch: Any) -> Row:
+    """A batch's index row: the summary fields of its record (the record owns them)."""
+    data = _dump(batch)
+    return {key: data[key] for key in SUMMARY_FIELDS}
 
 
 def _dump(model: Any) -> Row:

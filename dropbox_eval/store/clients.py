@@ -45,18 +45,8 @@ class ClientStore(StoreBase):
 
     def settle(self, entries: list[LedgerEntry]) -> bool:
         """Post a batch's settlement entries once; False if that batch was already settled."""
-        if not entries:
-            return False
-        batch_id = entries[0].batch_id
         with self._index_change() as data:
-            if any(
-                e.get("batch_id") == batch_id and e["kind"] == "release"
-                for e in data["ledger"].values()
-            ):
-                return False
-            for entry in entries:
-                _post(data, entry)
-        return True
+            return settle_once(data, entries)
 
     def ledger(self, client_id: str, limit: int | None = None) -> list[LedgerEntry]:
         """The client's newest `limit` ledger entries (all without a limit), oldest first.
@@ -95,3 +85,18 @@ def _post(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
             )
             return
     raise StoreError(f"ledger entry for unknown client {entry.client_id!r}")
+
+
+def settle_once(data: dict[str, dict[str, Any]], entries: list[LedgerEntry]) -> bool:
+    """Post a batch's settlement (its charge and the release of its hold) into `data`
+    unless its release is there already; False when nothing was posted."""
+    if not entries:
+        return False
+    batch_id = entries[0].batch_id
+    if any(
+        e.get("batch_id") == batch_id and e["kind"] == "release" for e in data["ledger"].values()
+    ):
+        return False
+    for entry in entries:
+        _post(data, entry)
+    return True

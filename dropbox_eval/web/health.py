@@ -58,7 +58,12 @@ class Health:
             if self._cached and time.monotonic() - self._cached[0] < CACHE_SECONDS:
                 return self._cached[1]
             result = Readiness(
-                {"store": self._store(), "forge": self._forge(), "inbox": self._inbox()}
+                {
+                    "store": self._store(),
+                    "state": self._state(),
+                    "forge": self._forge(),
+                    "inbox": self._inbox(),
+                }
             )
             self._cached = (time.monotonic(), result)
             return result
@@ -69,6 +74,17 @@ class Health:
         except (DropboxEvalError, OSError) as exc:
             return f"state unreadable: {exc}"
         return "ok"
+
+    def _state(self) -> str:
+        """What the service's last state check could not repair (statecheck.py)."""
+        problems = read_status(self.app.settings.state_path).get("state_problems") or []
+        if not problems:
+            return "ok"
+        first = problems[0]
+        return (
+            f"{len(problems)} state problem(s) the service cannot repair, first: "
+            f"{first['subject']}: {first['problem']} (see `dropbox-eval check`)"
+        )
 
     def _forge(self) -> str:
         if self.app.gitea is None:
