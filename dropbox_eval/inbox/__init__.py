@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import crashpoints
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
-from ..models import BatchFile, is_valid_id, utcnow
+from ..models import BatchFile, BatchStatus, is_valid_id, utcnow
 from . import fsops
 from .filing import Skip, check_outcome_folder, file_away, shown
 from .parse import check_size, parse_batch
@@ -131,23 +132,31 @@ class Inbox:
             except OSError as exc:
                 raise Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
             sha256 = hashlib.sha256(raw).hexdigest()
-            try:
-                if CANCEL_RE.match(path.name):
-                    result, client_id = self._cancel(path)
-                else:
-                    batch, client_id = self._parse(path, raw)
-                    result = self.intake.accept(
-                        batch,
-                        client_id,
-                        source=str(path.relative_to(self.root)),
-                        sha256=sha256,
-                        mark_done=False,  # stored with `filed`, after the receipt
-                    )
-            except BatchRejected as exc:
-                return self._reject(folder_fd, path, exc, sha256, fd)
-            return self._accept(folder_fd, path, result, client_id, sha256, fd)
+            operation = "cancel" if CANCEL_RE.match(path.name) else "intake"
+            with crashpoints.operation(operation):
+                return self._take(folder_fd, path, raw, sha256, fd)
         finally:
             os.close(fd)
+
+    def _take(self, folder_fd: int, path: Path, raw: bytes, sha256: str, fd: int) -> Outcome:
+        """Accept (or cancel) and file away: the record with its hold, then the receipt
+        and the move, then `filed` on the record. A kill after any of these writes is
+        finished by the next look at the same file (its batch is found by its digest)."""
+        try:
+            if CANCEL_RE.match(path.name):
+                result, client_id = self._cancel(path)
+            else:
+                batch, client_id = self._parse(path, raw)
+                result = self.intake.accept(
+                    batch,
+                    client_id,
+                    source=str(path.relative_to(self.root)),
+                    sha256=sha256,
+                    mark_done=False,  # stored with `filed`, after the receipt
+                )
+        except BatchRejected as exc:
+            return self._reject(folder_fd, path, exc, sha256, fd)
+        return self._accept(folder_fd, path, result, client_id, sha256, fd)
 
     def _open_folder(self, folder: Path) -> int:
         root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -243,6 +252,10 @@ class Inbox:
         if batch is None or batch.client_id != client_id:
             raise BatchRejected(
                 "unknown_batch", f"you have no batch {batch_id!r}", batch_id=batch_id
+            )
+        if batch.status == BatchStatus.CANCELLED:  # asked twice, or read again after a kill
+            return {"ok": True, "batch_id": batch_id, "cancel": True, "status": batch.status}, (
+                client_id
             )
         if batch.status.is_finished:
             raise BatchRejected(

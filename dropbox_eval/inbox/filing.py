@@ -45,7 +45,7 @@ def file_away(
     suffix = OUTCOME_SUFFIX[outcome]
     out_fd = outcome_folder(folder_fd, path, outcome)
     try:
-        target = fsops.choose_target(out_fd, path.name, suffix, document)
+        target = fsops.choose_target(out_fd, path.name, suffix, document, fd)
         if target != path.name:
             document["filed_as"] = target
         write_at(out_fd, f"{target}{suffix}", json_bytes(document))

@@ -9,6 +9,7 @@ import os
 import stat
 from typing import Any
 
+from .. import crashpoints
 from ..fileio import temp_name, write_at
 
 NAME_MAX = 255
@@ -70,18 +71,25 @@ def outcome_name(name: str, suffix: str, counter: int = 0) -> str:
     return f"{short}~{digest}{tag}{ext}"
 
 
-def choose_target(out_fd: int, name: str, suffix: str, document: dict[str, Any]) -> str:
-    """The first free outcome name; or the name whose receipt/error file an interrupted
-    filing of this very drop already wrote (same bytes, same batch), so that after a crash
-    the file and its receipt end up side by side, once."""
+def choose_target(
+    out_fd: int, name: str, suffix: str, document: dict[str, Any], fd: int | None = None
+) -> str:
+    """The first free outcome name; or the name an interrupted filing of this very drop
+    already used (its receipt/error file for the same bytes and batch, or the drop itself
+    linked in: `fd` is the drop), so that after a crash the file and its receipt end up
+    side by side, once."""
     counter = 0
     while True:
         target = outcome_name(name, suffix, counter)
-        if not exists_at(out_fd, target):
-            earlier = _read_small_json(out_fd, f"{target}{suffix}")
-            if earlier is _ABSENT or _same_filing(earlier, document):
-                return target
+        earlier = _read_small_json(out_fd, f"{target}{suffix}")
+        ours = earlier is _ABSENT or _same_filing(earlier, document)
+        if ours and (not exists_at(out_fd, target) or _is_opened(out_fd, target, fd)):
+            return target
         counter += 1
+
+
+def _is_opened(folder_fd: int, name: str, fd: int | None) -> bool:
+    return fd is not None and same_file(folder_fd, name, fd)
 
 
 def _same_filing(earlier: Any, document: dict[str, Any]) -> bool:
@@ -124,20 +132,25 @@ def move_opened(fd: int | None, folder_fd: int, name: str, out_fd: int, target: 
             os.rename(name, target, src_dir_fd=folder_fd, dst_dir_fd=out_fd)
         except FileNotFoundError:
             return False
+        crashpoints.wrote(f"moved {name}")
         return True
     if os.fstat(fd).st_nlink == 0:
         write_at(out_fd, target, _read_all(fd))
         return True
     try:
-        os.link(f"/proc/self/fd/{fd}", target, dst_dir_fd=out_fd, follow_symlinks=True)
+        if not same_file(out_fd, target, fd):  # else linked in before a kill
+            os.link(f"/proc/self/fd/{fd}", target, dst_dir_fd=out_fd, follow_symlinks=True)
     except OSError:  # no /proc, no hard links, protected_hardlinks
         if not same_file(folder_fd, name, fd):
             write_at(out_fd, target, _read_all(fd))
             return True
         os.rename(name, target, src_dir_fd=folder_fd, dst_dir_fd=out_fd)
+        crashpoints.wrote(f"moved {name}")
         return True
+    crashpoints.wrote(f"linked {name}")
     if same_file(folder_fd, name, fd):
         os.unlink(name, dir_fd=folder_fd)
+        crashpoints.wrote(f"unlinked {name}")
     return True
 
 
