@@ -196,7 +196,12 @@ def test_healthz_and_readyz(app: App, forge: SandboxForge) -> None:
         assert requests.get(f"{url}/healthz", timeout=5).json() == {"ok": True}
         ready = requests.get(f"{url}/readyz", timeout=10)
         assert ready.status_code == 200
-        assert ready.json()["checks"] == {"store": "ok", "forge": "ok", "inbox": "ok"}
+        assert ready.json()["checks"] == {
+            "store": "ok",
+            "state": "ok",
+            "forge": "ok",
+            "inbox": "ok",
+        }
         watched[0] = False
         forge.stop()
         server.stop()  # a new server: the readiness answer is cached for a few seconds

@@ -1,0 +1,121 @@
+"""Crash points: `run --once` killed right after the Nth durable write of each multi-file
+operation, for every N, then restarted: every drop is filed once with one receipt, every
+batch ends and is reported, issues equal tasks, and the money adds up.
+
+The walk stops at the first N that the operation does not reach (the pass ends by itself).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import Receiver
+from crashworld import World, assert_invariants, play
+
+from dropbox_eval.billing import Billing
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.statecheck import StateCheck
+
+MAX_WRITES = 40  # far above any operation's writes: a walk that reaches it is a bug
+
+
+def drop(world: World) -> None:
+    world.drop()
+
+
+def drop_with_callback(world: World) -> None:
+    world.drop(callback=True)
+
+
+def lane_closes(world: World) -> None:
+    world.close_issues()
+
+
+def cancel(world: World) -> None:
+    world.drop_cancel()
+
+
+def expire(world: World) -> None:
+    world.expire_now()
+
+
+def nothing(world: World) -> None:
+    """A later pass, once a delivery's retry is due."""
+
+
+# the steps of each scenario, and the first step whose pass can reach the operation
+SCENARIOS = {
+    "intake": ([drop, lane_closes], 0),
+    "settle": ([drop, lane_closes], 1),
+    "emit": ([drop, lane_closes], 1),
+    "archive": ([drop, lane_closes], 1),
+    "delivery-schedule": ([drop_with_callback, lane_closes, nothing], 1),
+    "cancel": ([drop, cancel], 1),
+    "expire": ([drop, expire], 1),
+}
+
+
+def walk(tmp_path: Path, operation: str, receiver: Receiver | None = None) -> int:
+    """Kill after write 1, 2, ... of `operation` until a pass survives; each run is checked.
+    Returns the number of writes walked."""
+    callback = operation == "delivery-schedule"
+    for n in range(1, MAX_WRITES + 1):
+        with SandboxForge(port=0) as forge:
+            if receiver is not None:
+                receiver.received.clear()
+                receiver.answers[:] = [500]  # the first delivery fails
+            world = World(tmp_path / f"{operation}-{n}", forge, receiver)
+            world.fund()
+            steps, armed_from = SCENARIOS[operation]
+            killed = play(world, steps, f"{operation}:{n}", armed_from)
+            assert_invariants(world, callback=callback)
+        if not killed:
+            print(f"{operation}: {n - 1} writes walked")
+            return n - 1
+        print(world.kills[0])
+        assert world.kills and world.kills[0].startswith(f"crash point: {operation} write {n}")
+    raise AssertionError(f"{operation} still writing after {MAX_WRITES} writes")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("operation", ["intake", "settle", "emit", "archive", "cancel", "expire"])
+def test_a_kill_after_any_write_of_an_operation_is_recovered(
+    tmp_path: Path, operation: str
+) -> None:
+    writes = walk(tmp_path, operation)
+    assert writes >= 1  # the operation was reached, and each of its writes was killed after
+
+
+@pytest.mark.slow
+def test_a_kill_after_any_write_of_a_delivery_failure_is_recovered(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    assert walk(tmp_path, "delivery-schedule", receiver) >= 1
+
+
+@pytest.mark.parametrize(
+    ("operation", "args"),
+    [
+        ("fund", ["clients", "fund", "acme", "5"]),
+        ("rotate-secret", ["clients", "rotate-secret", "acme"]),
+    ],
+)
+def test_a_kill_after_the_one_write_of_a_client_change_is_recovered(
+    tmp_path: Path, forge: SandboxForge, operation: str, args: list[str]
+) -> None:
+    world = World(tmp_path, forge)
+    world.fund()
+    secret = world.store().get_client("acme").webhook_secret  # type: ignore[union-attr]
+    assert world.command(*args, crash=f"{operation}:1")  # killed right after its write
+    assert world.kills == [f"crash point: {operation} write 1 (index.json)"]
+    assert not world.command(*args, crash=f"{operation}:2")  # it has no second write
+    store = world.store()
+    client = store.get_client("acme")
+    assert client is not None
+    if operation == "fund":
+        assert client.balance == 50 + 2 * 5
+    else:
+        assert client.webhook_secret != secret
+    assert sum(e.amount for e in store.ledger("acme")) == client.balance
+    assert StateCheck(store, Billing(store, 1), 8).run(repair=False) == []
