@@ -34,6 +34,7 @@ from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
 from .fileio import write_atomically
 from .models import utcnow
+from .names import UNDELIVERED_DIR
 from .neterrors import plain_reason
 from .redact import shown_url
 
@@ -226,7 +227,7 @@ class Emitter:
     @property
     def undelivered_dir(self) -> Path:
         """Where reports whose callback failed are kept."""
-        return self.files.outbox / "undelivered"
+        return self.files.outbox / UNDELIVERED_DIR
 
     def deliver(
         self, report: dict[str, Any], callback_url: str | None, secret: str | None = None
