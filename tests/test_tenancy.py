@@ -8,22 +8,31 @@ test_secrets_at_rest.py.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
+import asyncssh
 import pytest
 from conftest import Cli, isolated_cli, read_json, tasks
 
 from dropbox_eval.app import App
+from dropbox_eval.errors import InvalidArgument
 from dropbox_eval.inbox import candidates
 from dropbox_eval.models import Client, utcnow
 from dropbox_eval.names import RESERVED_CLIENT_IDS, reserved_reason
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
+from dropbox_eval.sftp.keys import KeyStore
 
 
 @pytest.fixture
 def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch) -> Cli:
     return isolated_cli(tmp_path, forge, monkeypatch)
+
+
+def public_key() -> str:
+    key = asyncssh.generate_private_key("ssh-ed25519", comment="laptop")
+    return key.export_public_key("openssh").decode("ascii")
 
 
 def legacy_client(app: App, client_id: str, credits: int = 50) -> None:
@@ -118,3 +127,28 @@ def test_files_in_a_reserved_folder_are_never_a_clients_drop(app: App) -> None:
     assert all(path.exists() for path in planted)
     assert not any((path.parent / "accepted").exists() for path in planted)
     assert app.store.count_batches() == {}
+
+
+def test_a_client_stored_before_its_id_was_reserved_is_named_at_start_and_in_status(
+    app: App,
+    tmp_path: Path,
+    forge: SandboxForge,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    legacy_client(app, "accepted", credits=30)
+    with caplog.at_level(logging.WARNING, logger="dropbox_eval"):
+        Service(app).run(once=True)
+    named = [m for m in caplog.messages if "client 'accepted' has a reserved id" in m]
+    assert len(named) == 1, caplog.messages
+    assert "create a new client" in named[0] and "--credits 30" in named[0]
+    cli = isolated_cli(tmp_path, forge, monkeypatch)
+    status = cli("status")
+    assert status.exit_code == 0
+    assert "warning: client 'accepted' has a reserved id" in status.stdout
+    as_json = json.loads(cli("status", "--json").stdout)
+    assert as_json["reserved_clients"] == [{"client_id": "accepted", "available": 30}]
+    refused = cli("clients", "api-key", "accepted")
+    assert refused.exit_code == 2 and "it gets no API key" in refused.output
+    with pytest.raises(InvalidArgument, match="cannot log in over SFTP"):
+        KeyStore(app.settings.state_path).add("accepted", public_key())
