@@ -32,7 +32,7 @@ from urllib3.exceptions import HTTPError, NewConnectionError
 
 from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
-from .fileio import write_atomically
+from .fileio import SHARED_MODE, write_atomically
 from .models import utcnow
 from .names import UNDELIVERED_DIR
 from .neterrors import plain_reason
@@ -59,7 +59,7 @@ class FileEmitter:
     def write(self, report: dict[str, Any], folder: Path | None = None) -> Path:
         """Write the report into `folder` (default the outbox) and return its path."""
         path = (folder or self.outbox) / f"{report['batch_id']}.json"
-        write_atomically(path, report_bytes(report))
+        write_atomically(path, report_bytes(report), mode=SHARED_MODE)
         return path
 
 

@@ -70,7 +70,7 @@ class KeyStore:
 
     def _lock(self) -> FileLock:
         sftp_folder(self.state_dir)
-        self.folder.mkdir(exist_ok=True)
+        self.folder.mkdir(mode=0o700, exist_ok=True)
         return FileLock(str(self.folder / ".keys.lock"))
 
     def keys(self, client_id: str) -> list[AuthorizedKey]:

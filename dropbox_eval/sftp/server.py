@@ -39,6 +39,7 @@ from filelock import Timeout
 from ..config import Settings
 from ..errors import AlreadyRunning
 from ..names import reserved_reason
+from ..secrecy import make_state_private
 from .filesystem import JailedSFTPServer
 from .keys import KeyStore
 from .paths import DIR_FLAGS, sweep_uploads
@@ -302,6 +303,7 @@ def serve(settings: Settings, host: str, port: int, ready: Callable[[str, int, s
 
     Raises AlreadyRunning when another endpoint holds this state folder.
     """
+    make_state_private(settings.state_path)  # an install from before: 0700 / 0600
     lock = endpoint_lock(settings.state_path)
     try:
         lock.acquire(timeout=0)
