@@ -19,6 +19,7 @@ from .lifecycle import Lifecycle
 from .poller import Poller
 from .rejections import RejectionLog
 from .schedule import Schedule
+from .secrecy import make_state_private
 from .settle import Settler
 from .statecheck import StateCheck
 from .store import Store
@@ -72,6 +73,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     schedule of each batch decides the next visit, so no worker ever sleeps on a retry.
     """
     _check_state_path(settings)
+    make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
     store = Store(settings.state_path)
     billing = Billing(store, settings.task_price)
     metrics = Metrics()

@@ -15,6 +15,7 @@ import secrets
 from . import crashpoints
 from .errors import BatchRejected, DropboxEvalError, InvalidArgument, NotFoundError
 from .models import ID_PATTERN, Client, LedgerEntry, LedgerKind, is_valid_id, utcnow
+from .names import reserved_reason
 from .store import Store
 
 
@@ -44,6 +45,9 @@ class Billing:
                 f"client id {client_id!r} must match {ID_PATTERN} (it names "
                 "the client's inbox folder)"
             )
+        reserved = reserved_reason(client_id)
+        if reserved is not None:
+            raise InvalidArgument(f"{reserved}; choose another id")
         with self.store.locked():
             if self.store.get_client(client_id) is not None:
                 raise DropboxEvalError(
@@ -85,6 +89,9 @@ class Billing:
 
     def new_api_key(self, client_id: str) -> str:
         """Issue an API key for the client (shown once; only its hash is kept)."""
+        reserved = reserved_reason(client_id)
+        if reserved is not None:  # a client stored before its id was reserved
+            raise InvalidArgument(f"{reserved}; it gets no API key (see `dropbox-eval status`)")
         key = f"dek_{client_id}_{secrets.token_urlsafe(24)}"
         with self.store.locked():
             client = self.client(client_id)

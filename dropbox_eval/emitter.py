@@ -33,8 +33,9 @@ from urllib3.exceptions import HTTPError, NewConnectionError
 from . import crashpoints
 from .callbacks import CallbackPolicy, CallbackTarget
 from .errors import BatchRejected, DeliveryError
-from .fileio import write_atomically
+from .fileio import SHARED_MODE, write_atomically
 from .models import utcnow
+from .names import UNDELIVERED_DIR
 from .neterrors import plain_reason
 from .redact import shown_url
 
@@ -59,7 +60,7 @@ class FileEmitter:
     def write(self, report: dict[str, Any], folder: Path | None = None) -> Path:
         """Write the report into `folder` (default the outbox) and return its path."""
         path = (folder or self.outbox) / f"{report['batch_id']}.json"
-        write_atomically(path, report_bytes(report))
+        write_atomically(path, report_bytes(report), mode=SHARED_MODE)
         return path
 
 
@@ -228,7 +229,7 @@ class Emitter:
     @property
     def undelivered_dir(self) -> Path:
         """Where reports whose callback failed are kept."""
-        return self.files.outbox / "undelivered"
+        return self.files.outbox / UNDELIVERED_DIR
 
     def deliver(
         self, report: dict[str, Any], callback_url: str | None, secret: str | None = None

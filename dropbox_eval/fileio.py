@@ -13,6 +13,8 @@ from . import crashpoints
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+PRIVATE_MODE = 0o600  # the default: state files hold secrets (client webhook secrets, keys)
+SHARED_MODE = 0o644  # what clients read: receipts, error files, filed drops, reports
 
 
 def temp_name(name: str) -> str:
@@ -22,17 +24,20 @@ def temp_name(name: str) -> str:
     return f".{name}.tmp"
 
 
-def write_at(folder_fd: int, name: str, data: bytes, *, tmp: str | None = None) -> None:
+def write_at(
+    folder_fd: int, name: str, data: bytes, *, tmp: str | None = None, mode: int = PRIVATE_MODE
+) -> None:
     """Atomically write `data` as `name` in the folder open as `folder_fd`.
 
     Temp file in the same folder (never following a link), flush, fsync, rename over the
-    target, fsync the folder: readers see the old or the new file, never a mix.
+    target, fsync the folder: readers see the old or the new file, never a mix. The file
+    gets `mode` whatever the umask: PRIVATE_MODE unless the caller writes for clients.
     """
     tmp = tmp or temp_name(name)
-    fd = os.open(tmp, _TMP_FLAGS, 0o644, dir_fd=folder_fd)
+    fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=folder_fd)
     try:
         with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o644)
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -45,8 +50,9 @@ def write_at(folder_fd: int, name: str, data: bytes, *, tmp: str | None = None) 
     crashpoints.wrote(name)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (see `write_at`), creating the folder if needed.
+def write_atomically(path: Path, text: str, *, mode: int = PRIVATE_MODE) -> None:
+    """Write `text` to `path` atomically (see `write_at`, `mode` too), creating the folder if
+    needed.
 
     The temp name is random here: several processes may write files in one state folder.
     """
@@ -58,6 +64,7 @@ def write_atomically(path: Path, text: str) -> None:
             path.name,
             text.encode("utf-8"),
             tmp=f".{path.name}.{secrets.token_hex(4)}.tmp",
+            mode=mode,
         )
     finally:
         os.close(folder_fd)
@@ -68,6 +75,6 @@ def json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Atomically write `data` as indented JSON."""
-    write_atomically(path, json_bytes(data).decode("utf-8"))
+def write_json(path: Path, data: Any, *, mode: int = PRIVATE_MODE) -> None:
+    """Atomically write `data` as indented JSON (`mode` as in `write_at`)."""
+    write_atomically(path, json_bytes(data).decode("utf-8"), mode=mode)

@@ -36,6 +36,7 @@ from .models import (
     utcnow,
     window_seconds,
 )
+from .names import refuse_reserved
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -186,6 +187,8 @@ class Intake(UsesForge):
         sha256: str | None = None,
     ) -> Recorded:
         """Store the batch and its hold before any forge call. No forge I/O."""
+        refuse_reserved(batch.client_id)  # names.py: the one rule, before the mismatch check
+        refuse_reserved(client_id)
         if batch.client_id is not None and batch.client_id != client_id:
             raise BatchRejected(
                 "client_mismatch",

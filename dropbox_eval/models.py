@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from .names import is_reserved_client_id
+
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -82,6 +84,11 @@ Id = Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_check_id)]
 def is_valid_id(value: str) -> bool:
     """Client, task, batch and batch_ref ids: safe in file and repo names."""
     return re.match(ID_PATTERN, value) is not None and ".." not in value
+
+
+def is_valid_client_id(value: str) -> bool:
+    """A valid id that is not reserved (names.reserved_reason): safe as a client folder."""
+    return is_valid_id(value) and not is_reserved_client_id(value)
 
 
 Text = Annotated[str, AfterValidator(_check_text)]

@@ -19,6 +19,7 @@ from .app import App
 from .errors import EXIT_FAILED, EXIT_OK, AlreadyRunning, DropboxEvalError, ForgeError
 from .fileio import write_json
 from .models import utcnow
+from .names import is_reserved_client_id, rename_advice
 from .webhooks import register_hook
 from .workers import FAST_TICK_SECONDS, DeliveryWorker, ForgeWorker, InboxWorker
 
@@ -70,6 +71,7 @@ class Service:
                 self.settings.inbox_path,
                 self.settings.outbox_path,
             )
+            self._warn_reserved_clients()
             if self.settings.forge_webhook_url and self.settings.forge_webhook_secret:
                 threading.Thread(
                     target=self._register_webhook, name="webhook-setup", daemon=True
@@ -88,6 +90,12 @@ class Service:
             )
             return EXIT_FAILED
         return EXIT_OK
+
+    def _warn_reserved_clients(self) -> None:
+        """Name every client stored before its id was reserved (names.py), at each start."""
+        for client in self.app.store.list_clients():
+            if is_reserved_client_id(client.client_id):
+                log.warning("%s", rename_advice(client.client_id, client.available))
 
     def stop(self) -> None:
         """Ask every worker to finish its current step and exit."""

@@ -14,6 +14,8 @@ from schemathesis.checks import not_a_server_error
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import App
+from dropbox_eval.billing import hash_api_key
+from dropbox_eval.models import Client, utcnow
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.webserver import BackgroundServer
 
@@ -92,6 +94,23 @@ def test_clients_are_isolated_and_keys_required(api: str, keys: dict[str, str]) 
     assert requests.get(f"{api}/api/eval/batches", timeout=5).status_code == 401
     spoof = _call(api, keys["poor"], "POST", "", json={"client_id": "acme", "tasks": tasks(1)})
     assert spoof.status_code == 403 and spoof.json()["reason"] == "client_mismatch"
+
+
+def test_a_reserved_client_id_is_refused(
+    api: str, keys: dict[str, str], app: App, forge: SandboxForge
+) -> None:
+    """Issue 19: the body's `client_id` and the client an API key stands for."""
+    forge.clear_requests()
+    claim = _call(api, keys["acme"], "POST", "", json={"client_id": "Accepted", "tasks": tasks(1)})
+    assert claim.status_code == 422 and claim.json()["reason"] == "reserved_client_id"
+    assert "'Accepted' is reserved" in claim.json()["message"]
+    # a client stored before its id was reserved, with a key issued back then
+    app.store.add_client(Client(client_id="rejected", created_at=utcnow()))
+    app.billing.fund("rejected", 10)
+    app.store.update_client("rejected", api_key_hashes=[hash_api_key("dek_rejected_old")])
+    legacy = _call(api, "dek_rejected_old", "POST", "", json={"tasks": tasks(1)})
+    assert legacy.status_code == 422 and legacy.json()["reason"] == "reserved_client_id"
+    assert forge.requests == [] and app.store.count_batches() == {}
 
 
 def test_invalid_batch_names_the_field(api: str, keys: dict[str, str]) -> None:

@@ -485,6 +485,22 @@ def test_wrong_key_wrong_user_and_passwords_are_refused(stack: Stack, tmp_path: 
     assert "key SHA256:" in stack.log_text() and "not accepted for user 'acme'" in stack.log_text()
 
 
+def test_a_reserved_user_name_never_logs_in(stack: Stack) -> None:
+    """Issue 19: a key file left for a reserved id (from before ids were reserved) would
+    make `inbox/accepted/`, where every top-level drop is filed, someone's SFTP root."""
+    keys = stack.home / "state" / "sftp" / "keys"
+    acme_key = (keys / "acme.pub").read_text()
+    for user, bind in (("accepted", "127.0.0.40"), ("Rejected", "127.0.0.41")):
+        (keys / f"{user}.pub").write_text(acme_key)
+        refused = sftp(stack, "ls\n", user=user, key="acme", bind=bind)
+        assert refused.returncode == 255 and "Permission denied" in refused.stderr
+        with pytest.raises(paramiko.AuthenticationException):
+            paramiko_client(stack, user=user, key="acme", bind=bind)
+        assert wait_for(lambda u=user: f"login as {u!r} from" in stack.log_text(), 10)
+    assert "is reserved" in stack.log_text()
+    assert sftp(stack, "ls\n", bind="127.0.0.42").returncode == 0  # acme's key still works
+
+
 def test_repeated_failures_from_one_address_are_refused_early(stack: Stack) -> None:
     for _ in range(MAX_FAILURES):
         assert sftp(stack, "ls\n", key="stranger", bind="127.0.0.6").returncode == 255

@@ -13,8 +13,9 @@ import click
 from rich.table import Table
 
 from ..app import App
-from ..errors import EXIT_FAILED, EXIT_REJECTED
-from ..models import BatchRecord, BatchStatus, TaskRecord, utcnow
+from ..errors import EXIT_FAILED, EXIT_REJECTED, InvalidArgument
+from ..models import ID_PATTERN, BatchRecord, BatchStatus, TaskRecord, is_valid_id, utcnow
+from ..names import reserved_reason
 from ..report import status_counts
 from ..web.health import service_running
 from . import Context
@@ -72,6 +73,10 @@ def _plain(value: Any) -> str:
 
 
 def _place_in_inbox(app: App, file: Path, client_id: str | None) -> Path:
+    if client_id is not None and not is_valid_id(client_id):
+        raise InvalidArgument(f"--client {client_id!r} must match {ID_PATTERN}")
+    if client_id is not None and (reserved := reserved_reason(client_id)) is not None:
+        raise InvalidArgument(f"--client: {reserved}")
     folder = app.inbox.root / client_id if client_id else app.inbox.root
     folder.mkdir(parents=True, exist_ok=True)
     if file.resolve().parent == folder.resolve():

@@ -13,7 +13,7 @@ import click
 
 from ..app import App, build_app
 from ..errors import EXIT_FAILED, DropboxEvalError
-from ..fileio import write_atomically
+from ..fileio import SHARED_MODE, write_atomically
 from ..models import utcnow
 from ..service import Service
 from ..web.health import service_running
@@ -82,7 +82,11 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str) -> None:
         batch_ref = f"demo-{utcnow():%Y%m%d%H%M%S%f}"
         drop = app.inbox.root / "demo" / f"{batch_ref}.json"
         drop.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(drop, json.dumps({**DEMO_BATCH, "batch_ref": batch_ref}, indent=2))
+        write_atomically(
+            drop,
+            json.dumps({**DEMO_BATCH, "batch_ref": batch_ref}, indent=2),
+            mode=SHARED_MODE,
+        )
         click.echo(f"dropped {drop}")
         report = _run_until_report(app, batch_ref, timeout)
     if report is None:

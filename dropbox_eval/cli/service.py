@@ -15,6 +15,7 @@ import click
 
 from ..app import build_app
 from ..errors import ConfigError
+from ..names import is_reserved_client_id, rename_advice
 from ..service import Service, already_running, read_status
 from ..sftp import sftp_status
 from ..web.health import service_running
@@ -200,6 +201,11 @@ def status(obj: Context, as_json: bool) -> None:
         counts = store.count_batches()  # the index alone, whatever the history
         record["batches"] = counts
         record["sftp"] = sftp_status(store.state_dir)
+        record["reserved_clients"] = [  # stored before their id was reserved (names.py)
+            {"client_id": c.client_id, "available": c.available}
+            for c in store.list_clients()
+            if is_reserved_client_id(c.client_id)
+        ]
     if as_json:
         emit_json(record)
         return
@@ -220,6 +226,8 @@ def status(obj: Context, as_json: bool) -> None:
     where = f"on {sftp.get('host')}:{sftp.get('port')} (pid {sftp.get('pid')})"
     state = f"running {where}" if sftp["running"] else "not running"
     click.echo(f"sftp: {state}; host key {sftp.get('host_key') or '- (created on first start)'}")
+    for reserved in record["reserved_clients"]:
+        click.echo(f"warning: {rename_advice(reserved['client_id'], reserved['available'])}")
 
 
 def _stopped_record(state_dir: Path) -> dict[str, Any]:

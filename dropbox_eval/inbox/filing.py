@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ..fileio import json_bytes, write_at
+from ..fileio import SHARED_MODE, json_bytes, write_at
 from . import fsops
 
 log = logging.getLogger("dropbox_eval")
@@ -48,7 +48,7 @@ def file_away(
         target = fsops.choose_target(out_fd, path.name, suffix, document, fd)
         if target != path.name:
             document["filed_as"] = target
-        write_at(out_fd, f"{target}{suffix}", json_bytes(document))
+        write_at(out_fd, f"{target}{suffix}", json_bytes(document), mode=SHARED_MODE)
         if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
             log.warning("file %s: vanished while being filed as %s", shown(path), outcome)
             if outcome == "rejected":

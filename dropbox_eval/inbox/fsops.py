@@ -10,7 +10,7 @@ import stat
 from typing import Any
 
 from .. import crashpoints
-from ..fileio import temp_name, write_at
+from ..fileio import SHARED_MODE, temp_name, write_at
 
 NAME_MAX = 255
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -135,14 +135,14 @@ def move_opened(fd: int | None, folder_fd: int, name: str, out_fd: int, target: 
         crashpoints.wrote(f"moved {name}")
         return True
     if os.fstat(fd).st_nlink == 0:
-        write_at(out_fd, target, _read_all(fd))
+        write_at(out_fd, target, _read_all(fd), mode=SHARED_MODE)
         return True
     try:
         if not same_file(out_fd, target, fd):  # else linked in before a kill
             os.link(f"/proc/self/fd/{fd}", target, dst_dir_fd=out_fd, follow_symlinks=True)
     except OSError:  # no /proc, no hard links, protected_hardlinks
         if not same_file(folder_fd, name, fd):
-            write_at(out_fd, target, _read_all(fd))
+            write_at(out_fd, target, _read_all(fd), mode=SHARED_MODE)
             return True
         os.rename(name, target, src_dir_fd=folder_fd, dst_dir_fd=out_fd)
         crashpoints.wrote(f"moved {name}")

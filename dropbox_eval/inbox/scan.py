@@ -6,14 +6,19 @@ import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger("dropbox_eval")
+from ..names import OUTCOME_DIRS, TEMP_SUFFIXES, is_reserved_client_id
 
-OUTCOME_DIRS = ("accepted", "rejected")
-TEMP_SUFFIXES = (".filepart", ".part", ".tmp", ".writing", ".partial", ".crdownload")
+__all__ = ["OUTCOME_DIRS", "TEMP_SUFFIXES", "candidates", "is_candidate_name"]
+
+log = logging.getLogger("dropbox_eval")
 
 
 def is_candidate_name(root: Path, path: Path) -> bool:
     """A `.json` file in the inbox or one client folder below it, not hidden or temporary.
+
+    A folder whose name is a reserved client id (`accepted/`, `rejected/`, `undelivered/`,
+    `reports/`, any case; names.reserved_reason) is never a client folder: nothing in it is
+    read.
 
     Temporary upload names (`*.filepart`, `*.part`, `*.tmp`, ...) do not end in `.json`, and
     hidden names (rsync's `.name.XXXXXX`, lftp's `.in.name`) start with a dot: both are
@@ -25,7 +30,7 @@ def is_candidate_name(root: Path, path: Path) -> bool:
         return False
     if not parts or len(parts) > 2 or any(p.startswith(".") for p in parts):
         return False
-    if len(parts) == 2 and parts[0] in OUTCOME_DIRS:
+    if len(parts) == 2 and is_reserved_client_id(parts[0]):
         return False
     name = parts[-1].lower()
     return name.endswith(".json") and not name.endswith(TEMP_SUFFIXES)
@@ -35,14 +40,15 @@ def candidates(root: Path) -> list[Path]:
     """Every candidate entry present now, without following symlinked folders.
 
     Lists the inbox and each real (non-symlink, non-hidden) client folder; never descends
-    into `accepted/` or `rejected/`, so a rescan costs the size of the backlog, not history.
+    into `accepted/`, `rejected/` or another reserved name, so a rescan costs the size of
+    the backlog, not history.
     """
     found: list[Path] = []
     for entry in _list_dir(root):
         if entry.name.startswith("."):
             continue
         if _is_real_dir(entry):
-            if entry.name in OUTCOME_DIRS:
+            if is_reserved_client_id(entry.name):
                 continue
             for sub in _list_dir(Path(entry.path)):
                 path = Path(sub.path)

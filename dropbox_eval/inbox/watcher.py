@@ -47,7 +47,8 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
-from .scan import OUTCOME_DIRS, candidates, is_candidate_name
+from ..names import is_reserved_client_id
+from .scan import candidates, is_candidate_name
 
 log = logging.getLogger("dropbox_eval")
 
@@ -233,7 +234,7 @@ def _inbox_listdir(root: Path) -> Callable[[str | None], Iterator[os.DirEntry[st
                 e
                 for e in entries
                 if not e.name.startswith(".")
-                and not (e.name in OUTCOME_DIRS and e.is_dir(follow_symlinks=False))
+                and not (is_reserved_client_id(e.name) and e.is_dir(follow_symlinks=False))
             ]
         return iter(kept)
 

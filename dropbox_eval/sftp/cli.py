@@ -17,7 +17,13 @@ from typing import Any, Protocol
 import click
 
 from ..config import Settings
-from ..errors import AlreadyRunning, ConfigError, DropboxEvalError, NotFoundError
+from ..errors import (
+    AlreadyRunning,
+    ConfigError,
+    DropboxEvalError,
+    InvalidArgument,
+    NotFoundError,
+)
 
 # the main command line's documented exit codes
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_RUNNING = 1, 2, 3, 5
@@ -36,6 +42,7 @@ def _errors() -> Iterator[None]:
     """One line on stderr and the main command line's exit code for each project error."""
     codes: list[tuple[type[DropboxEvalError], int]] = [
         (ConfigError, EXIT_USAGE),
+        (InvalidArgument, EXIT_USAGE),
         (NotFoundError, EXIT_NOT_FOUND),
         (AlreadyRunning, EXIT_RUNNING),
         (DropboxEvalError, EXIT_FAILED),

@@ -13,9 +13,10 @@ from pathlib import Path
 import asyncssh
 from filelock import FileLock
 
-from ..errors import ConfigError, NotFoundError
+from ..errors import ConfigError, InvalidArgument, NotFoundError
 from ..fileio import write_atomically
-from ..models import is_valid_id
+from ..models import is_valid_client_id, is_valid_id
+from ..names import reserved_reason
 from .status import sftp_folder
 
 
@@ -69,7 +70,7 @@ class KeyStore:
 
     def _lock(self) -> FileLock:
         sftp_folder(self.state_dir)
-        self.folder.mkdir(exist_ok=True)
+        self.folder.mkdir(mode=0o700, exist_ok=True)
         return FileLock(str(self.folder / ".keys.lock"))
 
     def keys(self, client_id: str) -> list[AuthorizedKey]:
@@ -88,6 +89,9 @@ class KeyStore:
 
     def add(self, client_id: str, text: str) -> list[AuthorizedKey]:
         """Add every key in `text`; returns those that were new."""
+        reserved = reserved_reason(client_id)
+        if reserved is not None:  # a client stored before its id was reserved
+            raise InvalidArgument(f"{reserved}; it cannot log in over SFTP")
         wanted = parse_public_keys(text)
         with self._lock():
             present = self.keys(client_id)
@@ -113,8 +117,9 @@ class KeyStore:
         return next(k for k in present if k.fingerprint == wanted)
 
     def find(self, client_id: str, key: asyncssh.SSHKey) -> AuthorizedKey | None:
-        """The stored entry matching `key` if the client may log in with it."""
-        if not is_valid_id(client_id):
+        """The stored entry matching `key` if the client may log in with it (never for a
+        reserved client id, whatever key file it has)."""
+        if not is_valid_client_id(client_id):
             return None
         fingerprint = key.get_fingerprint("sha256")
         return next((k for k in self.keys(client_id) if k.fingerprint == fingerprint), None)

@@ -6,7 +6,8 @@ watcher reads at once (see filesystem.py). What the SSH side allows:
 
 - authentication: public keys only (password and keyboard-interactive are not offered);
   the SSH user name is the client id and the key must be one of that client's keys
-  (keys.py). A source address with `sftp_max_auth_failures` failed logins within
+  (keys.py); a reserved client id (names.py: `accepted`, `rejected`, ...) never logs in.
+  A source address with `sftp_max_auth_failures` failed logins within
   `sftp_failure_window` seconds is disconnected as soon as it connects.
 - channels: the `sftp` subsystem only. No shell, no exec (so no legacy `scp -O`; OpenSSH's
   `scp` uses SFTP since 9.0), no pty, no port, agent or X11 forwarding.
@@ -37,6 +38,8 @@ from filelock import Timeout
 
 from ..config import Settings
 from ..errors import AlreadyRunning
+from ..names import reserved_reason
+from ..secrecy import make_state_private
 from .filesystem import JailedSFTPServer
 from .keys import KeyStore
 from .paths import DIR_FLAGS, sweep_uploads
@@ -199,6 +202,9 @@ class _Gate(asyncssh.SSHServer):
 
     def begin_auth(self, username: str) -> bool:
         self.username = username
+        reserved = reserved_reason(username)
+        if reserved is not None and not self.refused:  # KeyStore.find accepts no key for it
+            log.warning("sftp: login as %r from %s refused: %s", username, self.peer, reserved)
         if self.refused:  # the earliest point where the client shows our message
             limiter = self.endpoint.limiter
             log.warning(
@@ -297,6 +303,7 @@ def serve(settings: Settings, host: str, port: int, ready: Callable[[str, int, s
 
     Raises AlreadyRunning when another endpoint holds this state folder.
     """
+    make_state_private(settings.state_path)  # an install from before: 0700 / 0600
     lock = endpoint_lock(settings.state_path)
     try:
         lock.acquire(timeout=0)

@@ -21,6 +21,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import ConfigError
 from ..fileio import write_json
+from ..secrecy import private_folder
 
 if TYPE_CHECKING:  # asyncssh is imported only by what needs it: `status` stays light
     import asyncssh
@@ -29,10 +30,9 @@ HOST_KEY_NAME = "ssh_host_ed25519_key"
 
 
 def sftp_folder(state_dir: Path) -> Path:
-    """`<state>/sftp`, created 0700 if missing."""
-    folder = state_dir / "sftp"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
+    """`<state>/sftp`, created 0700 if missing (in a state folder created 0700 too)."""
+    private_folder(state_dir)
+    return private_folder(state_dir / "sftp")
 
 
 def load_or_create_host_key(state_dir: Path) -> asyncssh.SSHKey:

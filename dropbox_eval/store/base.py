@@ -17,6 +17,7 @@ from tinydb import TinyDB
 from ..errors import NoState, StoreError
 from ..locks import SharedLock
 from ..models import TaskRecord
+from ..secrecy import private_folder
 from .archive import Archive
 from .files import AtomicJSONStorage, unlink_quietly
 from .tasks import Signature, TaskFiles
@@ -47,6 +48,7 @@ class StoreBase:
                 raise NoState(f"no state folder at {state_dir}")
             return
         for folder in (
+            self.state_dir,  # 0700 first (secrecy.py): index.json holds client secrets
             self.batches_dir,
             self.tasks.live,
             self.keys_dir,
@@ -54,7 +56,7 @@ class StoreBase:
             self.leases_dir,
         ):
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                private_folder(folder)
             except OSError as exc:  # a file in the way, no permission
                 raise StoreError(f"cannot create the state folder {folder}: {exc}") from None
         self._remove_leftovers()
