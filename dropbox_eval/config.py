@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .forge import GiteaClient
 
 ENV_PREFIX = "SAAS_EVAL_"
 VerdictStatus = Literal["passed", "failed", "no_verdict"]
@@ -49,7 +46,9 @@ class Settings(BaseSettings):
     rescan_interval: float = Field(default=30.0, gt=0)
     max_file_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
     max_tasks: int = Field(default=10_000, gt=0)
-    intake_concurrency: int = Field(default=4, ge=1, le=32)
+    intake_concurrency: int = Field(default=4, ge=1, le=1024)  # the budget's starting point
+    forge_max_inflight: int = Field(default=64, ge=1, le=1024)
+    client_weights: str = ""  # `acme=3,beta=2`: turns per round at the forge (default 1)
     full_poll_every: int = Field(default=10, ge=1)
     webhook_secret: str | None = None
     completion_window: int = Field(default=86_400, ge=60)
@@ -94,6 +93,17 @@ class Settings(BaseSettings):
                 raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: {path} is empty")
             setattr(self, name, secret)
         return self
+
+    @field_validator("client_weights")
+    @classmethod
+    def _check_weights(cls, value: str) -> str:
+        parse_weights(value)
+        return value
+
+    @property
+    def weights(self) -> dict[str, int]:
+        """Each named client's turns per round at the forge's scheduler."""
+        return parse_weights(self.client_weights)
 
     @field_validator("repo")
     @classmethod
@@ -143,13 +153,6 @@ class Settings(BaseSettings):
             )
         self.require_owner()
 
-    def forge_client(self, client: GiteaClient | None) -> GiteaClient:
-        """`client`, or the one-line error naming the setting that is missing."""
-        if client is None:
-            self.require_forge()
-            raise ConfigError("the forge is configured but this command runs without it")
-        return client
-
     def require_owner(self) -> str:
         """The user or org owning eval repos, or a one-line error naming what to set."""
         owner = self.owner or (self.repo.split("/")[0] if self.repo else None)
@@ -174,3 +177,17 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(
             f"{ENV_PREFIX}{field.upper()}: {first['msg']} (got {first.get('input')!r})"
         ) from None
+
+
+def parse_weights(text: str) -> dict[str, int]:
+    """`acme=3,beta=2` -> {"acme": 3, "beta": 2}; ValueError saying what is wrong."""
+    weights: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        client, sep, number = item.partition("=")
+        if not sep or not client.strip() or not number.strip().isdigit():
+            raise ValueError(f"{item!r} is not client=N (N a whole number from 1 to 100)")
+        weight = int(number)
+        if not 1 <= weight <= 100:
+            raise ValueError(f"{item!r}: the weight must be from 1 to 100")
+        weights[client.strip()] = weight
+    return weights

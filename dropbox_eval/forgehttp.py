@@ -5,27 +5,21 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import requests
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
 from . import crashpoints
 from .errors import ForgePermanent, ForgeRetryable
 from .forgewire import json_body, server_time, status_error
+from .limiter import Outcome
 from .locks import SharedLock
 from .neterrors import plain_reason
+from .scheduler import ForgeScheduler
 
 PAGE_LIMIT = 50
 LABEL_LOCK_TIMEOUT = 60.0
@@ -33,9 +27,8 @@ _NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
 
 
 class ForgeTransport:
-    """A retrying (or one-try) Gitea/Forgejo API v1 session, and what every call shares."""
-
-    """A small, retrying Gitea/Forgejo API client over one requests.Session."""
+    """A Gitea/Forgejo API v1 session, and what every call shares: each exchange is tried
+    once, after waiting its turn at the scheduler (attempts.py decides any next try)."""
 
     def __init__(
         self,
@@ -43,20 +36,17 @@ class ForgeTransport:
         token: str,
         *,
         timeout: float = 30.0,
-        attempts: int = 5,
-        max_wait: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
         session: requests.Session | None = None,
         label_lock: Path | None = None,
+        scheduler: ForgeScheduler | None = None,
     ) -> None:
         """`label_lock`: a lock file shared by every process that may create labels in the
-        same repos (the service and the CLI use `<state>/labels.lock`)."""
+        same repos (the service and the CLI use `<state>/labels.lock`). `scheduler`: the
+        fair gate every exchange waits at (none: each goes at once)."""
+        self.scheduler = scheduler
         self.base_url = base_url.rstrip("/")
         self.api = f"{self.base_url}/api/v1"
         self.timeout = timeout
-        self.attempts = attempts
-        self.max_wait = max_wait
-        self.sleep = sleep
         self.session = session or requests.Session()
         self.session.headers.update(
             {
@@ -106,18 +96,15 @@ class ForgeTransport:
             return response
         raise status_error(method, path, response)
 
-    def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> Any:
-        """Send (with backoff unless `retry` is false) and return the JSON body."""
-        send = self._retrying_send if retry else self._send
-        return json_body(send(method, path, **kwargs))
+    def _scheduled(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """One exchange, once the scheduler gives it a slot."""
+        if self.scheduler is None:
+            return self._send(method, path, **kwargs)
+        return self.scheduler.call(self._send, method, path, **kwargs)
 
-    def _wait(self, state: RetryCallState) -> float:
-        error = state.outcome.exception() if state.outcome else None
-        hint = getattr(error, "retry_after", None)
-        if hint is not None:
-            return float(min(hint, self.max_wait))
-        backoff = wait_exponential_jitter(multiplier=0.5, max=self.max_wait, jitter=0.5)
-        return float(backoff(state))
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Send once (attempts.py decides any next try) and return the JSON body."""
+        return json_body(self._scheduled(method, path, **kwargs))
 
     def _pages(
         self, path: str, params: dict[str, Any], *, clock: bool = True
@@ -127,7 +114,7 @@ class ForgeTransport:
         page's Date (a timeline read inside a listing must not move it)."""
         page = 1
         while True:
-            response = self._retrying_send(
+            response = self._scheduled(
                 "GET", path, params={**params, "page": page, "limit": PAGE_LIMIT}
             )
             if page == 1 and clock:
@@ -144,12 +131,13 @@ class ForgeTransport:
                 return
             page += 1
 
-    def _retrying_send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        retrying = Retrying(
-            retry=retry_if_exception_type(ForgeRetryable),
-            stop=stop_after_attempt(self.attempts),
-            wait=self._wait,
-            sleep=self.sleep,
-            reraise=True,
-        )
-        return retrying(self._send, method, path, **kwargs)
+
+def forge_outcome(error: BaseException) -> Outcome:
+    """What the in-flight budget learns from a failed exchange: 5xx, 429, timeouts and
+    unreachable are overload (with the forge's Retry-After); a 4xx says nothing of load."""
+    if isinstance(error, ForgeRetryable) and error.status not in _NOT_OVERLOAD:
+        return Outcome(0.0, overloaded=True, retry_after=error.retry_after)
+    return Outcome(0.0)
+
+
+_NOT_OVERLOAD = frozenset({404, 408, 409})
