@@ -20,8 +20,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
 from .app import App
+from .batchfile import check_size, parse_batch, reason_of
 from .errors import BatchRejected, Conflict, DropboxEvalError, NotFoundError, answer_for
-from .inbox.parse import check_size, parse_batch, reason_of
 from .intake import API_SOURCE
 from .models import BatchFile, BatchRecord, Client
 from .report import status_counts

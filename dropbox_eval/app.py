@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import requests
 
+from .attempts import Attempts
 from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
@@ -13,12 +14,15 @@ from .delivery import Delivery
 from .emitter import Emitter, FileEmitter, WebhookEmitter
 from .errors import ConfigError, NoState
 from .forge import GiteaClient
+from .forgehttp import forge_outcome
 from .inbox import Inbox
 from .intake import Intake
 from .lifecycle import Lifecycle
+from .limiter import Limiter
+from .models import TaskRecord
 from .poller import Poller
 from .rejections import RejectionLog
-from .schedule import Schedule
+from .scheduler import ForgeScheduler
 from .secrecy import make_state_private
 from .settle import Settler
 from .statecheck import StateCheck
@@ -66,6 +70,16 @@ def _check_state_path(settings: Settings) -> None:
         raise ConfigError(f"SAAS_EVAL_STATE_DIR: {path} is not a folder")
 
 
+def forge_scheduler(settings: Settings) -> ForgeScheduler:
+    """The fair gate in front of the forge, its budget starting at
+    `SAAS_EVAL_INTAKE_CONCURRENCY` and found between 1 and `SAAS_EVAL_FORGE_MAX_INFLIGHT`."""
+    limiter = Limiter(
+        initial=settings.intake_concurrency, floor=1, ceiling=settings.forge_max_inflight
+    )
+    weights = settings.weights
+    return ForgeScheduler(limiter, forge_outcome, lambda client: weights.get(client, 1))
+
+
 def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     """Wire store, billing, forge client, the stages and the inbox from settings.
 
@@ -85,28 +99,47 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
             settings.gitea_url,
             settings.gitea_token,
             timeout=settings.forge_timeout,
-            attempts=1,
             label_lock=settings.state_path / "labels.lock",
             session=session,
+            scheduler=forge_scheduler(settings),
         )
     emitter = Emitter(
         FileEmitter(settings.outbox_path),
-        WebhookEmitter(timeout=settings.callback_timeout, attempts=1),
+        WebhookEmitter(timeout=settings.callback_timeout),
         CallbackPolicy(settings.callback_allow),
     )
-    schedule = Schedule(
-        store, base=settings.retry_base, cap=settings.retry_cap, max_attempts=settings.max_attempts
+    attempts = Attempts(
+        store,
+        base=settings.retry_base,
+        cap=settings.retry_cap,
+        max_attempts=settings.max_attempts,
+        delivery_base=settings.delivery_retry_base,
+        delivery_max_attempts=settings.delivery_max_attempts,
     )
     settler = Settler(store, billing)
-    poller = Poller(store, gitea, settings, settler)
-    lifecycle = Lifecycle(store, gitea, settings, poller, settler, schedule)
-    intake = Intake(store, billing, gitea, settings, lifecycle)
-    inbox = Inbox(settings.inbox_path, intake, lifecycle, settings.max_file_bytes)
+    poller = Poller(store, gitea, settings, settler.close)
+    lifecycle = Lifecycle(store, gitea, settings, poller.poll_completed, settler.close, attempts)
+    intake = Intake(store, billing, gitea, settings)
+    inbox = Inbox(
+        settings.inbox_path,
+        store,
+        intake,
+        lifecycle.cancel,
+        max_file_bytes=settings.max_file_bytes,
+        max_tasks=settings.max_tasks,
+    )
+    if gitea is not None:  # without a service, a batch's issues are opened at once
+
+        def open_now(batch_id: str, tasks: list[TaskRecord] | None = None) -> object:
+            return lifecycle.visit(batch_id, intake.open_issues, batch_id, tasks)
+
+        intake.open_now = open_now
+        inbox.on_recorded = lambda batch_id, _client: open_now(batch_id)
     inbox.on_reject = RejectionLog(settings.state_path).append
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
     nudges = Nudges()
     webhooks = WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges)
-    delivery = Delivery(store, emitter, settings)
+    delivery = Delivery(store, emitter, settings, attempts)
     return App(
         settings,
         store,

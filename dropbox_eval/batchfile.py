@@ -1,4 +1,4 @@
-"""parse_batch: bytes -> BatchFile, the one parser of the inbox AND the HTTP API.
+"""parse_batch: bytes -> BatchFile, the one parser of a batch: the inbox, the HTTP API.
 
 Refuses what JSON readers disagree on or what cannot be text: UTF-16/32, invalid UTF-8,
 duplicate keys, unpaired surrogate escapes, NaN/Infinity, integers too long to convert;
@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from ..errors import BatchRejected
-from ..models import BatchFile
+from .errors import BatchRejected
+from .models import BatchFile
 
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _UTF8_BOM = b"\xef\xbb\xbf"

@@ -1,6 +1,5 @@
-"""Delivery: emit a finished batch's report (outbox file or signed callback) and keep the
-durable schedule of failed deliveries (`delivery_attempts`, `next_delivery_at`,
-`last_delivery_error`): one try per visit, the stored schedule decides the next."""
+"""Delivery: emit a finished batch's report (outbox file or signed callback): one try per
+visit; a failure is recorded, and the next try decided, by attempts.py."""
 
 from __future__ import annotations
 
@@ -9,33 +8,40 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import crashpoints
+from .attempts import Attempts
 from .config import Settings
 from .emitter import Emitter
 from .errors import DeliveryError, NotFinished
 from .models import BatchRecord, BatchStatus, utcnow
 from .redact import shown_url
 from .report import build_report
-from .schedule import backoff
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
-MAX_DELIVERY_DELAY = 6 * 3600.0
 
 
 class Delivery:
     """Emits reports once their batch has ended."""
 
-    def __init__(self, store: Store, emitter: Emitter, settings: Settings) -> None:
+    def __init__(
+        self, store: Store, emitter: Emitter, settings: Settings, attempts: Attempts
+    ) -> None:
         self.store = store
         self.emitter = emitter
         self.settings = settings
+        self.attempts = attempts
 
-    def emit(self, batch_id: str, *, force: bool = False) -> dict[str, Any]:
+    def deliver_due(self, batch_id: str) -> dict[str, Any]:
+        """One automatic try, on the stored schedule (the delivery worker's)."""
+        return self.emit(batch_id, manual=False)
+
+    def emit(self, batch_id: str, *, force: bool = False, manual: bool = True) -> dict[str, Any]:
         """Deliver the report once every task finished; marks the batch `emitted`.
 
         Emitting an emitted batch does nothing unless `force`, which re-sends the identical
         payload. Raises NotFinished for a running batch, and DeliveryError when the callback
-        fails (the report is then kept in `outbox/undelivered/` and a retry scheduled).
+        fails (the report is then kept in `outbox/undelivered/`). A `manual` try (an
+        operator's or a client's) is an extra one: it leaves the automatic schedule as it is.
         """
         batch = self.store.get_batch(batch_id)
         if batch.status == BatchStatus.RUNNING:
@@ -52,9 +58,9 @@ class Delivery:
                 "emitted_at": batch.emitted_at.isoformat(),
             }
         with crashpoints.operation("emit"):
-            return self._emit(batch)
+            return self._emit(batch, manual)
 
-    def _emit(self, batch: BatchRecord) -> dict[str, Any]:
+    def _emit(self, batch: BatchRecord, manual: bool) -> dict[str, Any]:
         """The report first (a file, or a POST whose failure keeps a copy in
         `undelivered/`), then `emitted_at` on the record, then the archive: a kill before
         the record write sends the identical report again, with the same webhook-id."""
@@ -64,8 +70,9 @@ class Delivery:
             where = self.emitter.deliver(report, batch.callback_url, self._secret(batch))
         except DeliveryError as exc:
             with crashpoints.operation("delivery-schedule"):
-                self._failed(batch, exc)
-            raise
+                what_next = self.attempts.delivery_failed(batch, exc, manual=manual)
+            log.warning("batch %s: delivery %s", batch_id, what_next)
+            raise DeliveryError(what_next) from exc
         # completed -> emitted; the side exits keep their status, with emitted_at
         status = BatchStatus.EMITTED if batch.status == BatchStatus.COMPLETED else batch.status
         self.store.update_batch(
@@ -90,35 +97,6 @@ class Delivery:
     def _secret(self, batch: BatchRecord) -> str | None:
         client = self.store.get_client(batch.client_id)
         return (client.webhook_secret if client else None) or self.settings.webhook_secret
-
-    def _failed(self, batch: BatchRecord, error: DeliveryError) -> None:
-        attempts = batch.delivery_attempts + 1
-        limit = self.settings.delivery_max_attempts
-        delay = backoff(attempts, self.settings.delivery_retry_base, MAX_DELIVERY_DELAY)
-        next_at = utcnow() + delay if attempts < limit else None
-        self.store.update_batch(
-            batch.batch_id,
-            delivery_attempts=attempts,
-            last_delivery_error=str(error),
-            next_delivery_at=next_at,
-        )
-        if next_at is None:
-            log.error(
-                "batch %s: delivery failed %d times, giving up; the report is in "
-                "outbox/undelivered/ (re-send with `dropbox-eval emit %s --force`)",
-                batch.batch_id,
-                attempts,
-                batch.batch_id,
-            )
-        else:
-            log.warning(
-                "batch %s: delivery failed (%d/%d), next try at %s: %s",
-                batch.batch_id,
-                attempts,
-                limit,
-                next_at.isoformat(),
-                error,
-            )
 
 
 def destination(batch: BatchRecord) -> str:

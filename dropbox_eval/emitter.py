@@ -13,20 +13,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import requests.utils
 import urllib3
 from standardwebhooks import Webhook
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import HTTPError, NewConnectionError
 
@@ -38,12 +30,6 @@ from .models import utcnow
 from .names import UNDELIVERED_DIR
 from .neterrors import plain_reason
 from .redact import shown_url
-
-CALLBACK_ATTEMPTS = 3
-
-
-class _RetryableDelivery(DeliveryError):
-    """5xx, 429 or a network error: worth another attempt."""
 
 
 def report_bytes(report: dict[str, Any]) -> str:
@@ -98,55 +84,26 @@ class _PinnedHTTPSPool(urllib3.HTTPSConnectionPool):
 
 
 class WebhookEmitter:
-    """POSTs reports with Standard Webhooks headers; 3 attempts with exponential backoff."""
+    """POSTs reports with Standard Webhooks headers: one attempt per call (attempts.py
+    decides the next)."""
 
-    def __init__(
-        self,
-        *,
-        timeout: float = 10.0,
-        attempts: int = CALLBACK_ATTEMPTS,
-        backoff: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
-        ca_certs: str | None = None,
-    ) -> None:
+    def __init__(self, *, timeout: float = 10.0, ca_certs: str | None = None) -> None:
         self.timeout = timeout
-        self.attempts = attempts
-        self.backoff = backoff
-        self.sleep = sleep
         self.ca_certs = ca_certs or requests.utils.DEFAULT_CA_BUNDLE_PATH
 
     def post(
         self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None = None
     ) -> int:
-        """Deliver `payload` to a checked target; return the receiver's status or raise
-        DeliveryError."""
-        retrying = Retrying(
-            retry=retry_if_exception_type(_RetryableDelivery),
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential(multiplier=self.backoff, max=30),
-            sleep=self.sleep,
-            reraise=True,
-        )
-        try:
-            status: int = retrying(self._post_once, target, payload, webhook_id, secret)
-        except _RetryableDelivery as exc:
-            tries = f" ({self.attempts} attempts)" if self.attempts > 1 else ""
-            raise DeliveryError(f"{exc}{tries}") from exc
-        return status
-
-    def _post_once(
-        self, target: CallbackTarget, payload: str, webhook_id: str, secret: str | None
-    ) -> int:
+        """Deliver `payload` to a checked target once; return the receiver's 2xx status or
+        raise DeliveryError saying what the receiver did."""
         url = shown_url(target.url)
         headers = self._headers(target, payload, webhook_id, secret)
         try:
             status = self._send(target, payload.encode(), headers)
         except HTTPError as exc:
-            raise _RetryableDelivery(f"callback {url} unreachable: {plain_reason(exc)}") from exc
-        if status == 429 or status >= 500:
-            raise _RetryableDelivery(f"callback {url} answered {status}")
+            raise DeliveryError(f"callback {url} unreachable: {plain_reason(exc)}") from exc
         if status >= 300:
-            raise DeliveryError(f"callback {url} answered {status}; not retried")
+            raise DeliveryError(f"callback {url} answered {status}")
         return status
 
     def _headers(

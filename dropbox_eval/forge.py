@@ -25,7 +25,7 @@ from typing import Any
 from filelock import Timeout as LockTimeout
 
 from .config import Settings
-from .errors import ForgeNotFound, ForgePermanent, ForgeRetryable
+from .errors import ConfigError, ForgeNotFound, ForgePermanent, ForgeRetryable
 from .forgehttp import PAGE_LIMIT, ForgeTransport
 from .forgewire import (
     ForgeIssue,
@@ -49,9 +49,22 @@ class UsesForge:
     settings: Settings
 
     @property
+    def has_forge(self) -> bool:
+        """Whether a forge client was configured."""
+        return self._gitea is not None
+
+    @property
     def gitea(self) -> GiteaClient:
         """The forge client; a ConfigError names the missing setting when there is none."""
-        return self.settings.forge_client(self._gitea)
+        return require_client(self.settings, self._gitea)
+
+
+def require_client(settings: Settings, client: GiteaClient | None) -> GiteaClient:
+    """`client`, or the one-line error naming the setting that is missing."""
+    if client is None:
+        settings.require_forge()
+        raise ConfigError("the forge is configured but this command runs without it")
+    return client
 
 
 class GiteaClient(ForgeTransport):
@@ -185,7 +198,6 @@ class GiteaClient(ForgeTransport):
         data = self._request(
             "POST",
             f"/repos/{repo}/issues",
-            retry=False,
             json={"title": title, "body": body, "labels": label_ids},
         )
         return parse_issue(data)
@@ -250,7 +262,7 @@ class GiteaClient(ForgeTransport):
         counts: dict[str, int] = {}
         page = 1
         while True:
-            response = self._retrying_send(
+            response = self._scheduled(
                 "GET",
                 "/repos/search",
                 params={"uid": uid, "exclusive": "true", "page": page, "limit": PAGE_LIMIT},
@@ -283,7 +295,7 @@ class GiteaClient(ForgeTransport):
         return count
 
     def _count(self, repo: str, state: str, labels: str) -> int:
-        response = self._retrying_send(
+        response = self._scheduled(
             "GET",
             f"/repos/{repo}/issues",
             params={"state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1},

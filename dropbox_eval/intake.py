@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import copy_context
 from dataclasses import dataclass, field
@@ -18,14 +19,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import crashpoints
+from .batchfile import check_task_count, rejection_from_validation
 from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
 from .errors import BatchRejected
 from .forge import ForgeIssue, GiteaClient, UsesForge
-from .inbox.parse import check_task_count, rejection_from_validation
-from .lifecycle import Lifecycle, opened
-from .markers import find_marked, issue_body
+from .markers import find_marked, issue_body, opened
 from .models import (
     BatchFile,
     BatchRecord,
@@ -37,6 +37,7 @@ from .models import (
     window_seconds,
 )
 from .names import refuse_reserved
+from .scheduler import on_behalf_of
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -63,13 +64,13 @@ class Intake(UsesForge):
         billing: Billing,
         gitea: GiteaClient | None,
         settings: Settings,
-        lifecycle: Lifecycle,
     ) -> None:
         self.store = store
         self.billing = billing
         self._gitea = gitea
         self.settings = settings
-        self.lifecycle = lifecycle
+        # opens a batch's issues now, one visit under its stored schedule (app.py wires it)
+        self.open_now: Callable[[str, list[TaskRecord] | None], object] | None = None
         self.policy = CallbackPolicy(settings.callback_allow)
         self._aside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="intake-aside")
 
@@ -104,17 +105,18 @@ class Intake(UsesForge):
         *,
         source: str | None = None,
         sha256: str | None = None,
-        mark_done: bool = True,
+        open_now: bool = True,
     ) -> dict[str, Any]:
-        """Record a valid batch (or find its duplicate), then try once to open its issues;
-        returns the receipt. A forge failure leaves the rest to the service's visits.
+        """Record a valid batch (or find its duplicate), then, with `open_now`, try once to
+        open its issues; returns the receipt. A forge failure leaves the rest to the
+        service's visits.
 
-        `mark_done=False`: the caller hands the receipt over first and then calls `filed`,
-        which stores that the intake is done in the same write (one write fewer before
-        the client hears; a crash in between costs a visit that creates nothing).
+        Without `open_now` (a drop), nothing waits for the forge: the receipt says
+        `in_progress` as soon as the batch and its hold are durable, and the caller hands
+        the batch to whoever opens its issues once the drop is filed (`filed`).
         """
         with crashpoints.operation("intake"):
-            return self._accept(batch, client_id, source, sha256, mark_done)
+            return self._accept(batch, client_id, source, sha256, open_now)
 
     def _accept(
         self,
@@ -122,7 +124,7 @@ class Intake(UsesForge):
         client_id: str,
         source: str | None,
         sha256: str | None,
-        mark_done: bool,
+        open_now: bool,
     ) -> dict[str, Any]:
         recorded = self.record(batch, client_id, source=source, sha256=sha256)
         record = recorded.batch
@@ -139,34 +141,27 @@ class Intake(UsesForge):
         if recorded.tasks:
             keys = self._aside.submit(copy_context().run, self.store.write_keys, record)
         try:
-            if self._gitea is not None:  # without a forge, the service creates them later
-                self.lifecycle.visit(
-                    record.batch_id,
-                    self._open,
-                    record,
-                    recorded.tasks,
-                    bool(recorded.tasks),
-                    mark_done,
-                )
+            if open_now and self.open_now is not None:  # else the service opens it later
+                self.open_now(record.batch_id, recorded.tasks or None)
         finally:
             if keys is not None:
                 keys.result()
         return self.receipt(record.batch_id, duplicate=recorded.duplicate)
 
     def filed(self, receipt: dict[str, Any]) -> None:
-        """The drop sits beside its receipt: one write stores that, and that the intake is
-        done when the receipt names every task's issue."""
-        done = all(item["issue_number"] is not None for item in receipt["issues"])
-        fields: dict[str, Any] = {"filed": True, "intake_done": True} if done else {"filed": True}
-        self.store.update_batch(receipt["batch_id"], **fields)
+        """The drop sits beside its receipt: one write stores that."""
+        self.store.update_batch(receipt["batch_id"], filed=True)
 
     def receipt(self, batch_id: str, *, duplicate: bool = False) -> dict[str, Any]:
         """What the client is told: the batch id and each task's issue number so far."""
         batch = self.store.get_batch(batch_id)
+        running = batch.status == BatchStatus.RUNNING
         result: dict[str, Any] = {
             "ok": True,
             "batch_id": batch_id,
-            "status": batch.status,
+            "status": "in_progress" if running else batch.status,
+            "task_count": batch.total,
+            "held": batch.cost if running else 0,
             "issues": [
                 {"task_id": t.task_id, "issue_number": t.issue_number}
                 for t in self.store.get_tasks(batch_id)
@@ -258,35 +253,35 @@ class Intake(UsesForge):
             return self.settings.repo
         return f"{self.settings.require_owner()}/eval-{client_id}-{batch_id}"
 
-    def open_issues(self, batch_id: str) -> int:
+    def open_issues(self, batch_id: str, tasks: list[TaskRecord] | None = None) -> int:
         """Create the issues still missing for the batch; returns how many were created.
+        `tasks`: the batch's tasks when the caller has just recorded them.
 
-        Safe to call again after any interruption: a resumed intake first finds the issues
-        an earlier attempt created (by their marker) and creates only the rest.
+        Safe to call again after any interruption: `open_started` is stored on the record
+        before the first forge write, and an attempt that finds it set first adopts the
+        issues an earlier attempt created (by their marker) and creates only the rest.
         """
-        return self._open(self.store.get_batch(batch_id), [], False)
-
-    def _open(
-        self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool, mark_done: bool = True
-    ) -> int:
-        """`tasks` may be given to save reading them; `fresh` means the batch was recorded
-        just now, so no earlier attempt can have created issues; `mark_done=False` leaves
-        `intake_done` to `filed`."""
-        if batch.intake_done or batch.status != BatchStatus.RUNNING or batch.cancel_requested:
+        batch = self.store.get_batch(batch_id)
+        if not _wants_issues(batch):
             return 0
-        with crashpoints.operation("intake"), self.store.intake_lease(batch.batch_id) as leased:
+        with (
+            crashpoints.operation("intake"),
+            on_behalf_of(batch.client_id),
+            self.store.intake_lease(batch.batch_id) as leased,
+        ):
             if not leased:  # another process is creating this batch's issues right now
                 return 0
-            if not fresh:  # re-read: the lease holder before us may have stored progress
-                batch, tasks = self.store.get_batch(batch.batch_id), []
-                if batch.intake_done or batch.status != BatchStatus.RUNNING:
-                    return 0
-            tasks = tasks or self.store.get_tasks(batch.batch_id)
-            return self._open_leased(batch, tasks, fresh, mark_done)
+            batch = self.store.get_batch(batch_id)  # the holder before us may have progressed
+            if not _wants_issues(batch):
+                return 0
+            fresh = not batch.open_started
+            if fresh:  # no attempt began: nothing to adopt, the given tasks are current
+                batch = self.store.update_batch(batch_id, open_started=True)
+            else:
+                tasks = None
+            return self._open_leased(batch, tasks or self.store.get_tasks(batch_id), fresh)
 
-    def _open_leased(
-        self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool, mark_done: bool
-    ) -> int:
+    def _open_leased(self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool) -> int:
         pending = [t for t in tasks if t.issue_number is None and t.status == TaskStatus.PENDING]
         created: dict[str, int] = {}
         if pending:  # reaching the end below means every pending task now has its issue
@@ -303,8 +298,7 @@ class Intake(UsesForge):
                 pending = [t for t in pending if t.task_id not in found]
             created = self._create_all(batch, pending, label_id)
             log.info("batch %s: created %d issues in %s", batch.batch_id, len(created), batch.repo)
-        if mark_done:
-            self.store.update_batch(batch.batch_id, intake_done=True)
+        self.store.update_batch(batch.batch_id, intake_done=True)
         return len(created)
 
     def _create_all(
@@ -316,7 +310,7 @@ class Intake(UsesForge):
         unsaved: dict[str, dict[str, Any]] = {}
         last_flush = time.monotonic()
         queue = iter(tasks)
-        workers = self.settings.intake_concurrency
+        workers = self.settings.forge_max_inflight  # carriers: the scheduler sets the pace
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intake") as pool:
             in_flight: dict[Future[ForgeIssue], str] = {}
 
@@ -353,6 +347,10 @@ class Intake(UsesForge):
                     future.cancel()
                 self.store.update_tasks(batch.batch_id, unsaved)
         return created
+
+
+def _wants_issues(batch: BatchRecord) -> bool:
+    return not (batch.intake_done or batch.status != BatchStatus.RUNNING or batch.cancel_requested)
 
 
 def _own_unfiled(batch: BatchRecord, source: str | None, sha256: str | None) -> bool:

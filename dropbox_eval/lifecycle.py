@@ -12,15 +12,15 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import crashpoints
+from .attempts import Attempts, is_due
 from .config import Settings
 from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable, NotRunning
 from .forge import GiteaClient, UsesForge
-from .markers import find_marked
+from .markers import find_marked, opened
 from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
-from .poller import Poller
+from .ports import Closing, PollingOne
 from .reading import ended, settled
-from .schedule import Schedule, is_due
-from .settle import Settler
+from .scheduler import on_behalf_of
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -47,16 +47,18 @@ class Lifecycle(UsesForge):
         store: Store,
         gitea: GiteaClient | None,
         settings: Settings,
-        poller: Poller,
-        settler: Settler,
-        schedule: Schedule,
+        poll_completed: PollingOne,
+        close: Closing,
+        attempts: Attempts,
     ) -> None:
+        """`poll_completed` keeps what the lane finished before issues are closed;
+        `close` settles a batch."""
         self.store = store
         self._gitea = gitea
         self.settings = settings
-        self.poller = poller
-        self.settler = settler
-        self.schedule = schedule
+        self.poll_completed = poll_completed
+        self.close = close
+        self.attempts = attempts
         self.on_error: Callable[[str, Exception], None] | None = None  # the service's status
 
     def visit(self, batch_id: str, step: Callable[..., T], *args: Any) -> T | None:
@@ -68,11 +70,11 @@ class Lifecycle(UsesForge):
             log.warning("batch %s: forge error, next visit later: %s", batch_id, exc)
             if self.on_error is not None:
                 self.on_error(f"batch {batch_id}", exc)
-            failure = self.schedule.failed(batch_id, exc)
+            failure = self.attempts.failed(batch_id, exc)
             if failure is not None:
                 self.fail(batch_id, failure)
             return None
-        self.schedule.succeeded(self.store.get_batch(batch_id))
+        self.attempts.succeeded(self.store.get_batch(batch_id))
         return result
 
     def cancel(self, batch_id: str) -> BatchRecord:
@@ -87,7 +89,7 @@ class Lifecycle(UsesForge):
             )
         # The request on the record first: a kill after it is finished by the next visit
         # (end_if_due), which closes the issues still open and then settles.
-        with crashpoints.operation("cancel"):
+        with crashpoints.operation("cancel"), on_behalf_of(batch.client_id):
             if not batch.cancel_requested:
                 self.store.update_batch(batch_id, cancel_requested=True)
             if self._gitea is None:  # a command without the forge: the service finishes it
@@ -110,7 +112,8 @@ class Lifecycle(UsesForge):
             return False
         # Issues closed one by one (each task's end journalled), then settle: a kill
         # between them is finished by the next visit, which sees the same deadline.
-        with crashpoints.operation("cancel" if status == BatchStatus.CANCELLED else "expire"):
+        operation = "cancel" if status == BatchStatus.CANCELLED else "expire"
+        with crashpoints.operation(operation), on_behalf_of(batch.client_id):
             if self.visit(batch_id, self._abort, batch_id, status) is None and overdue:
                 self._end_locally(batch_id, status)
         return True
@@ -153,12 +156,12 @@ class Lifecycle(UsesForge):
                 if not t.status.is_finished
             },
         )
-        return self.settler.close(batch_id, self.store.get_tasks(batch_id), status, failure=failure)
+        return self.close(batch_id, self.store.get_tasks(batch_id), status, failure=failure)
 
     def _close_open_issues(self, batch_id: str, status: BatchStatus, failure: str | None) -> None:
         """Keep what the lane finished, then comment, label and close every open issue."""
         if status != BatchStatus.FAILED:
-            self.poller.poll_completed(batch_id)
+            self.poll_completed(batch_id)
         batch = self.store.get_batch(batch_id)
         if batch.status != BatchStatus.RUNNING:
             return
@@ -226,8 +229,3 @@ class Lifecycle(UsesForge):
                 return True
             raise
         return False
-
-
-def opened(number: int, url: str) -> dict[str, Any]:
-    """The change that records a task's issue."""
-    return {"status": TaskStatus.OPEN, "issue_number": number, "issue_url": url}

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import re
 from datetime import timedelta
+from typing import Any
 
 from .forge import ForgeIssue, GiteaClient
-from .models import BatchRecord, TaskRecord, TaskSpec
+from .models import BatchRecord, TaskRecord, TaskSpec, TaskStatus
 
 log = logging.getLogger("dropbox_eval")
 
@@ -65,3 +66,8 @@ def find_marked(
     if found:
         log.info("batch %s: found %d issues from an interrupted intake", batch.batch_id, len(found))
     return found
+
+
+def opened(number: int, url: str) -> dict[str, Any]:
+    """The change that records a task's issue."""
+    return {"status": TaskStatus.OPEN, "issue_number": number, "issue_url": url}

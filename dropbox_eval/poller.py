@@ -9,7 +9,9 @@ periodic full visit reconciles the listing with the forge's open-issue count.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,8 +27,8 @@ from .models import (
     utcnow,
 )
 from .opentasks import OpenTasks, Owner
+from .ports import Closing
 from .reading import ResultReader, ended
-from .settle import Settler
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -36,6 +38,8 @@ log = logging.getLogger("dropbox_eval")
 SINCE_OVERLAP = timedelta(seconds=1)
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
 COUNT_SKEW = timedelta(seconds=3)
+READERS = 16  # closed issues of one repo read at once, at most
+ALARM_MARGIN = 0.3  # after a settle window's end: the forge's Date has whole seconds
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 Counted = tuple[int, "datetime | None"]  # a repo's open issues, the forge time of the count
 
@@ -57,17 +61,20 @@ class Poller(UsesForge):
     """Stores the results of issues the lane closed and moves each batch's progress."""
 
     def __init__(
-        self, store: Store, gitea: GiteaClient | None, settings: Settings, settler: Settler
+        self, store: Store, gitea: GiteaClient | None, settings: Settings, close: Closing
     ) -> None:
+        """`close` settles a batch whose every task finished."""
         self.store = store
         self._gitea = gitea
         self.settings = settings
-        self.settler = settler
+        self.close = close
         self._checked: set[str] = set()  # batches whose counters agreed with their tasks
         # batches whose last full visit trusted the count and listed nothing: the count also
         # holds open issues of no polled batch, so the next visit of these must list
         self._unlisted: set[str] = set()
         self.reader = ResultReader(gitea, settings)
+        # told when a repo's settling results are due (the service sets an alarm for it)
+        self.on_settling: Callable[[str, float], None] | None = None
 
     def poll_completed(self, batch_id: str, *, full: bool = False) -> list[str]:
         """Store results of issues the lane closed; open ones are skipped (seed API)."""
@@ -126,8 +133,10 @@ class Poller(UsesForge):
             self.store.update_tasks(batch.batch_id, changed)
             for task_id, change in changed.items():
                 _log_change(batch.batch_id, task_id, change)
-            self.refresh_progress(batch, _applied(tasks, changed), polled_at)
+            now_tasks = _applied(tasks, changed)
+            self.refresh_progress(batch, now_tasks, polled_at)
             self._checked.add(batch.batch_id)
+            self._alarm(batch.repo, now_tasks)
         return {
             batch_id: [task_id for task_id, change in changed.items() if "status" in change]
             for batch_id, changed in changes.items()
@@ -222,6 +231,7 @@ class Poller(UsesForge):
                 repo, state=state, labels=self.settings.task_label, since=since, repair=repair
             )
         )
+        pairs: list[tuple[ForgeIssue, Owner]] = []
         for issue in issues:
             if issue.number in seen:
                 continue
@@ -231,18 +241,17 @@ class Poller(UsesForge):
                 continue
             if closed is not None and issue.state == "closed":
                 closed[issue.number] = issue.closed_at
-            try:
-                change = self.reader.observe(repo, owner[1], issue)
-            except ForgeError as exc:
+            pairs.append((issue, owner))
+        for (issue, owner), change in zip(pairs, self._observe_all(repo, pairs), strict=True):
+            if isinstance(change, ForgeError):
                 log.warning(
                     "batch %s: result of issue #%d unreadable, retried next cycle: %s",
                     owner[0].batch_id,
                     issue.number,
-                    exc,
+                    change,
                 )
                 unread.add(owner[0].batch_id)
-                continue
-            if change is not None:
+            elif change is not None:
                 yield owner, change
         for number, owner in open_tasks.read():
             if number in seen:
@@ -256,12 +265,43 @@ class Poller(UsesForge):
             if change is not None:
                 yield owner, change
 
+    def _observe_all(
+        self, repo: str, pairs: list[tuple[ForgeIssue, Owner]]
+    ) -> list[dict[str, Any] | ForgeError | None]:
+        """Each listed issue's change, the closed ones read in parallel (each read waits
+        its client's turn at the scheduler, so the budget bounds them, not this pool)."""
+        listed_at = self.gitea.listed_at  # the listing's forge time, for every reader
+
+        def observe(pair: tuple[ForgeIssue, Owner]) -> dict[str, Any] | ForgeError | None:
+            self.gitea.listed_at = listed_at
+            try:
+                return self.reader.observe(repo, pair[1][1], pair[0])
+            except ForgeError as exc:
+                return exc
+
+        closed = sum(1 for issue, _ in pairs if issue.state == "closed")
+        if closed <= 1:
+            return [observe(pair) for pair in pairs]
+        with ThreadPoolExecutor(min(closed, READERS), thread_name_prefix="read") as pool:
+            context = copy_context()
+            return list(pool.map(lambda pair: context.copy().run(observe, pair), pairs))
+
     def _check_unseen(self, repo: str, task: TaskRecord) -> dict[str, Any] | None:
         try:
             issue = self.gitea.get_issue(repo, task.issue_number or 0)
         except ForgeNotFound:
             return ended(TaskStatus.MISSING, "the issue was deleted before the lane finished it")
         return self.reader.observe(repo, task, issue)
+
+    def _alarm(self, repo: str, tasks: list[TaskRecord]) -> None:
+        """Ask for a visit of `repo` when its first settling result is due."""
+        due = [t.settling.changed_at for t in tasks if t.settling is not None]
+        if not due or self.on_settling is None:
+            return
+        now = self.gitea.listed_at or utcnow()  # the forge's clock, as the window is
+        window = timedelta(seconds=self.settings.settle_seconds)
+        seconds = (min(due) + window - now).total_seconds()
+        self.on_settling(repo, max(0.0, seconds) + ALARM_MARGIN)
 
     def refresh_progress(
         self, batch: BatchRecord, tasks: list[TaskRecord], polled_at: datetime | None
@@ -270,9 +310,7 @@ class Poller(UsesForge):
         done = sum(1 for t in tasks if t.status.is_finished)
         if done == len(tasks):
             log.info("batch %s: all %d tasks finished", batch.batch_id, done)
-            return self.settler.close(
-                batch.batch_id, tasks, BatchStatus.COMPLETED, polled_at=polled_at
-            )
+            return self.close(batch.batch_id, tasks, BatchStatus.COMPLETED, polled_at=polled_at)
         fields: dict[str, Any] = {"last_polled_at": polled_at}
         if done != batch.done:
             fields["done"] = done  # the index row is rewritten only when progress moved

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .app import App
-from .forge import ForgeIssue
+from .attempts import is_due
+from .forge import ForgeIssue, require_client
 from .models import BatchRecord, TaskStatus, utcnow
 from .opentasks import unsettled_of
 from .poller import LOCAL_CLOCK_MARGIN, Counted, Listed
-from .schedule import is_due
 
 SEARCH_OVERLAP = timedelta(seconds=10)
 
@@ -63,7 +63,7 @@ class ChangeScout:
         if since is None:  # a batch never polled: every repo is listed once, as before
             self.known = {}
             return {repo: Visit(full=full) for repo in batches}
-        gitea = self.app.settings.forge_client(self.app.gitea)
+        gitea = require_client(self.app.settings, self.app.gitea)
         owner = self.app.settings.require_owner()
         # a count cannot show a closure when another open issue keeps it up: skip the search
         # only when a later search of this process covers this cycle (not `run --once`)

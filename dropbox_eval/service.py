@@ -15,13 +15,15 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from .alarm import Alarm
 from .app import App
 from .errors import EXIT_FAILED, EXIT_OK, AlreadyRunning, DropboxEvalError, ForgeError
 from .fileio import write_json
+from .forge import require_client
 from .models import utcnow
 from .names import is_reserved_client_id, rename_advice
 from .webhooks import register_hook
-from .workers import FAST_TICK_SECONDS, DeliveryWorker, ForgeWorker, InboxWorker
+from .workers import FAST_TICK_SECONDS, DeliveryWorker, ForgeWorker, InboxWorker, OpenWorker
 
 log = logging.getLogger("dropbox_eval")
 ONCE_TIMEOUT_SECONDS = 60.0
@@ -39,9 +41,23 @@ class Service:
         self._status_lock = threading.Lock()
         self.forge_failures = 0  # forge errors reported so far (`run --once` exits 1 on any)
         self.inbox = InboxWorker(app, self.stop_event, self._report, polling=polling)
-        self.forge = ForgeWorker(app, self.stop_event, self._report, on_full=self.check_state)
+        self.opener = OpenWorker(app, self._report)
+        self.forge = ForgeWorker(
+            app, self.stop_event, self._report, self.opener, on_full=self.check_state
+        )
         self.delivery = DeliveryWorker(app, self.stop_event, self._report)
+        self.alarm = Alarm("settle-alarm")
+        self._wire()
+
+    def _wire(self) -> None:
+        """The flow between the stages: none of them calls another."""
+        app = self.app
         app.lifecycle.on_error = self._report
+        app.inbox.on_recorded = self.opener.offer  # the receipt is out: open its issues
+        app.settler.on_closed = lambda _batch_id: self.delivery.wake.set()  # deliver now
+        app.poller.on_settling = lambda repo, seconds: self.alarm.after(
+            seconds, lambda: app.nudges.add(repo)
+        )
 
     @property
     def cycles(self) -> int:
@@ -78,6 +94,7 @@ class Service:
                 ).start()
             self._run_once() if once else self._run_forever()
         finally:
+            self.alarm.stop()
             self._set_status(state="stopped", stopped_at=_now())
             lock.release()
             log.info("service stopped")
@@ -101,6 +118,7 @@ class Service:
         """Ask every worker to finish its current step and exit."""
         self.stop_event.set()
         self.inbox.wake.set()
+        self.delivery.wake.set()
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -128,6 +146,7 @@ class Service:
             self.stop()
             for thread in threads:
                 thread.join()
+            self.opener.shutdown()
 
     def _run_once(self) -> None:
         """Take the files present now, one forge cycle, deliver what is due, exit."""
@@ -137,10 +156,13 @@ class Service:
             wait(self.inbox.take_ready())
             if self.stop_event.wait(FAST_TICK_SECONDS):
                 return
+        self.opener.drain()
         self.poll_cycle()
+        self.opener.drain()  # resumed intakes the cycle handed over
         wait(self.delivery.deliver_due())
         for pool in (self.inbox.pool, self.forge.pool, self.delivery.pool):
             pool.shutdown(wait=True)
+        self.opener.shutdown()
 
     def check_state(self) -> None:
         """The state check with repairs (at start, before any worker; and on every full
@@ -164,7 +186,7 @@ class Service:
         url, secret = self.settings.forge_webhook_url, self.settings.forge_webhook_secret
         assert url is not None and secret is not None
         try:
-            gitea = self.settings.forge_client(self.app.gitea)
+            gitea = require_client(self.settings, self.app.gitea)
             log.info("%s", register_hook(gitea, self.settings.require_owner(), url, secret))
         except DropboxEvalError as exc:
             log.warning(

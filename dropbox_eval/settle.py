@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from . import crashpoints
@@ -20,6 +21,7 @@ class Settler:
     def __init__(self, store: Store, billing: Billing) -> None:
         self.store = store
         self.billing = billing
+        self.on_closed: Callable[[str], None] | None = None  # the service delivers at once
 
     def close(
         self,
@@ -62,6 +64,8 @@ class Settler:
                     **fields,
                     report=build_report(final, tasks),
                 )
+        if self.on_closed is not None:
+            self.on_closed(batch_id)
         log.info(
             "batch %s: %s; charged %d, released %d%s",
             batch_id,

@@ -53,18 +53,10 @@ def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
 
 
 @pytest.fixture
-def sleeps() -> list[float]:
-    """Backoff sleeps requested by the code under test (recorded, not slept)."""
-    return []
-
-
-@pytest.fixture
-def app(settings: Settings, sleeps: list[float]) -> App:
-    """Wired components with recorded (instant) backoff sleeps."""
+def app(settings: Settings) -> App:
+    """Wired components (callbacks time out after 5 s)."""
     built = build_app(settings)
-    built.delivery.emitter.webhooks = WebhookEmitter(sleep=sleeps.append, timeout=5)
-    assert built.gitea is not None
-    built.gitea.sleep = sleeps.append
+    built.delivery.emitter.webhooks = WebhookEmitter(timeout=5)
     return built
 
 

@@ -158,9 +158,13 @@ def test_a_broken_client_delays_nobody_else(settings: Settings, forge: SandboxFo
                 json.dumps({"batch_ref": f"b{n}", "tasks": tasks(2)}),
             )
         receipts = app.settings.inbox_path / "bravo" / "accepted"
-        assert wait_for(lambda: len(list(receipts.glob("*.receipt.json"))) == 3, 15)
-        for receipt in receipts.glob("*.receipt.json"):
-            assert all(i["issue_number"] for i in read_json(receipt)["issues"])
+        assert wait_for(lambda: len(list(receipts.glob("*.receipt.json"))) == 3, 60)
+        ids = [read_json(r)["batch_id"] for r in receipts.glob("*.receipt.json")]
+
+        def opened() -> bool:
+            return all(t.issue_number for i in ids for t in app.store.get_tasks(i))
+
+        assert wait_for(opened, 60)
     finally:
         service.stop()
         hanging.close()

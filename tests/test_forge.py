@@ -1,4 +1,5 @@
-"""GiteaClient against the sandbox forge over loopback: paging, retries, error translation."""
+"""GiteaClient against the sandbox forge over loopback: paging, error translation, and each
+exchange tried once (attempts.py decides any next try, on the batch)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import requests
 
 from dropbox_eval.errors import ForgeAuthError, ForgeNotFound, ForgeRetryable
 from dropbox_eval.forge import GiteaClient
+from dropbox_eval.forgehttp import forge_outcome
 from dropbox_eval.models import utcnow
 from dropbox_eval.sandbox import SandboxForge
 
 
 @pytest.fixture
-def client(forge: SandboxForge, sleeps: list[float]) -> GiteaClient:
-    return GiteaClient(forge.url, forge.token, sleep=sleeps.append, attempts=4)
+def client(forge: SandboxForge) -> GiteaClient:
+    return GiteaClient(forge.url, forge.token)
 
 
 def test_lists_every_page_despite_the_50_cap(client: GiteaClient, forge: SandboxForge) -> None:
@@ -54,40 +56,45 @@ def test_org_repo_is_created_under_the_org(client: GiteaClient, forge: SandboxFo
     assert url.endswith("/evalorg/shared")
 
 
-def test_retries_503_honouring_retry_after(
-    client: GiteaClient, forge: SandboxForge, sleeps: list[float]
+def test_a_503_is_tried_once_and_carries_the_retry_after(
+    client: GiteaClient, forge: SandboxForge
 ) -> None:
     forge.fail_next(2, 503, retry_after=7)
-    assert client.version()
-    assert sleeps == [7.0, 7.0]
+    forge.clear_requests()
+    with pytest.raises(ForgeRetryable) as caught:
+        client.version()
+    assert (caught.value.status, caught.value.retry_after) == (503, 7.0)
+    assert len(forge.requests) == 1  # no loop: the durable schedule decides the next try
+    assert forge_outcome(caught.value).overloaded  # and the in-flight budget backs off
 
 
-def test_gives_up_after_attempts(
-    client: GiteaClient, forge: SandboxForge, sleeps: list[float]
+def test_a_502_is_retryable_and_a_404_is_not_overload(
+    client: GiteaClient, forge: SandboxForge
 ) -> None:
-    forge.fail_next(10, 502)
+    forge.fail_next(1, 502)
     with pytest.raises(ForgeRetryable) as caught:
         client.login()
     assert caught.value.status == 502
-    assert len(sleeps) == 3 and all(0 < s <= 30 for s in sleeps)
+    with pytest.raises(ForgeNotFound) as missing:
+        client.get_issue(f"{forge.user}/nowhere", 1)
+    assert not forge_outcome(missing.value).overloaded
 
 
-def test_create_is_not_retried_blindly(
-    client: GiteaClient, forge: SandboxForge, sleeps: list[float]
-) -> None:
+def test_create_is_not_retried_blindly(client: GiteaClient, forge: SandboxForge) -> None:
     repo = f"{forge.user}/once"
     client.ensure_repo(repo)
     forge.fail_next(1, 500, path_contains="/issues")
+    forge.clear_requests()
     with pytest.raises(ForgeRetryable):
         client.create_issue(repo, "t", "b", [])
-    assert sleeps == []
+    assert [r.method for r in forge.requests] == ["POST"]
 
 
 def test_bad_token_and_missing_issue(forge: SandboxForge) -> None:
     bad = GiteaClient(forge.url, "wrong")
     with pytest.raises(ForgeAuthError, match="SAAS_EVAL_GITEA_TOKEN"):
         bad.login()
-    good = GiteaClient(forge.url, forge.token, sleep=lambda _: None, attempts=2)
+    good = GiteaClient(forge.url, forge.token)
     repo = f"{forge.user}/gone"
     good.ensure_repo(repo)
     with pytest.raises(ForgeNotFound):
@@ -105,15 +112,15 @@ def test_since_is_sent_as_strict_rfc3339(client: GiteaClient, forge: SandboxForg
     assert len(list(client.iter_issues(repo, since=later - timedelta(hours=2)))) == 1
 
 
-def test_timeout_is_retryable(forge: SandboxForge, sleeps: list[float]) -> None:
-    slow = GiteaClient(forge.url, forge.token, timeout=0.2, attempts=2, sleep=sleeps.append)
-    forge.set_delay(0.5)
-    with pytest.raises(ForgeRetryable, match="timed out"):
+def test_timeout_is_retryable(forge: SandboxForge) -> None:
+    slow = GiteaClient(forge.url, forge.token, timeout=0.2)
+    forge.set_delay(2.0)
+    with pytest.raises(ForgeRetryable, match="timed out") as caught:
         slow.version()
-    assert len(sleeps) == 1
+    assert forge_outcome(caught.value).overloaded
 
 
-def test_connection_reset_is_retryable(sleeps: list[float]) -> None:
+def test_connection_reset_is_retryable() -> None:
     """A server that accepts and hangs up at once, like a forge restarting."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -132,9 +139,8 @@ def test_connection_reset_is_retryable(sleeps: list[float]) -> None:
 
     threading.Thread(target=hang_up, daemon=True).start()
     try:
-        client = GiteaClient(f"http://127.0.0.1:{port}", "t", attempts=3, sleep=sleeps.append)
+        client = GiteaClient(f"http://127.0.0.1:{port}", "t")
         with pytest.raises(ForgeRetryable, match="unreachable"):
             client.version()
-        assert len(sleeps) == 2
     finally:
         listener.close()

@@ -27,10 +27,8 @@ LABEL = "eval-task"
 
 
 @pytest.fixture
-def client(forge: SandboxForge, sleeps: list[float], tmp_path: Path) -> GiteaClient:
-    return GiteaClient(
-        forge.url, forge.token, sleep=sleeps.append, attempts=4, label_lock=tmp_path / "labels.lock"
-    )
+def client(forge: SandboxForge, tmp_path: Path) -> GiteaClient:
+    return GiteaClient(forge.url, forge.token, label_lock=tmp_path / "labels.lock")
 
 
 def _api(forge: SandboxForge, method: str, path: str, **kwargs: Any) -> Any:
@@ -254,7 +252,7 @@ def test_date_header_gives_aware_utc_or_none_and_since_keeps_an_offset(
 ) -> None:
     url, dates, sent, _ = odd_forge
     dates.extend(headers)
-    client = GiteaClient(url, "t", attempts=1)
+    client = GiteaClient(url, "t")
     assert list(client.iter_issues("o/r")) == []
     assert client.listed_at == expected
     assert client.listed_at is None or client.listed_at.tzinfo is not None
@@ -278,7 +276,7 @@ def test_issue_timestamps_without_offset_are_read_as_utc(
             "closed_at": "2026-12-01T05:00:00+02:00",
         }
     )
-    issue = next(GiteaClient(url, "t", attempts=1).iter_issues("o/r"))
+    issue = next(GiteaClient(url, "t").iter_issues("o/r"))
     assert issue.updated_at == issue.closed_at == datetime(2026, 12, 1, 3, tzinfo=UTC)
     assert issue.updated_at.tzinfo is UTC and issue.closed_at is not None
     assert issue.closed_at.tzinfo is UTC

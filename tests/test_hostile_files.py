@@ -153,8 +153,9 @@ def test_item7_a_kill_between_receipt_and_move_files_the_drop_once_not_as_duplic
     assert outcome.status == "accepted" and "duplicate" not in outcome.document
     assert sorted(p.name for p in accepted.iterdir()) == ["n.json", "n.json.receipt.json"]
     receipt = read_json(accepted / "n.json.receipt.json")
-    assert all(issue["issue_number"] for issue in receipt["issues"])
-    assert len(restarted.store.list_batches()) == 1
+    assert receipt["status"] == "in_progress"
+    (row,) = restarted.store.list_batches()
+    assert all(t.issue_number for t in restarted.store.get_tasks(row["batch_id"]))
     again = restarted.inbox.process(_drop(app, "n.json", raw))  # dropped twice: duplicate
     assert again.document["duplicate"] is True
 

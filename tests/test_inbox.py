@@ -33,15 +33,21 @@ def test_accepted_file_moves_with_receipt(app: App, forge: SandboxForge, funded:
     assert moved.read_bytes() == raw and not path.exists()
     receipt = read_json(app.inbox.root / "accepted" / "nightly.json.receipt.json")
     assert receipt["batch_id"] == outcome.document["batch_id"]
-    assert len(receipt["issues"]) == 2 and all(i["issue_number"] for i in receipt["issues"])
+    # the receipt as soon as the batch and its hold are durable; issue numbers follow
+    assert (receipt["status"], receipt["task_count"], receipt["held"]) == ("in_progress", 2, 4)
+    assert [i["issue_number"] for i in receipt["issues"]] == [None, None]
+    opened = app.store.get_tasks(receipt["batch_id"])  # no service: opened before returning
+    assert (
+        all(t.issue_number for t in opened) and len(forge.issues(*opened[0].repo.split("/"))) == 2
+    )
     batch = app.store.get_batch(receipt["batch_id"])
-    assert batch.filed and batch.intake_done  # stored together, after the receipt
+    assert batch.filed and batch.intake_done  # filed after the receipt, then opened
     import hashlib
 
     assert receipt["sha256"] == hashlib.sha256(raw).hexdigest()
 
 
-def test_a_kill_after_the_receipt_leaves_a_resume_that_creates_nothing(
+def test_a_kill_after_the_receipt_leaves_a_batch_the_next_visit_opens_once(
     app: App, forge: SandboxForge, funded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def killed(*_: Any) -> None:
@@ -54,13 +60,16 @@ def test_a_kill_after_the_receipt_leaves_a_resume_that_creates_nothing(
     monkeypatch.undo()
     receipt = read_json(app.inbox.root / "accepted" / "k.json.receipt.json")
     batch = app.store.get_batch(receipt["batch_id"])
-    assert not batch.filed and not batch.intake_done
+    assert not batch.filed and not batch.intake_done and not batch.open_started
     forge.clear_requests()
-    assert app.intake.open_issues(batch.batch_id) == 0  # the service's next visit
-    assert forge.requests == []
+    assert app.intake.open_issues(batch.batch_id) == 3  # the service's next visit
+    # no attempt had begun: nothing to adopt, so no listing before the creates
+    assert [r.method for r in forge.requests][-3:] == ["POST"] * 3
+    assert not any(r.method == "GET" and "/issues" in r.path for r in forge.requests)
     assert app.store.get_batch(batch.batch_id).intake_done
+    assert app.intake.open_issues(batch.batch_id) == 0  # and once only
     numbers = [t.issue_number for t in app.store.get_tasks(batch.batch_id)]
-    assert numbers == [i["issue_number"] for i in receipt["issues"]]
+    assert sorted(numbers) == [1, 2, 3]  # type: ignore[type-var]
 
 
 def test_per_client_folder_sets_client_and_refuses_another(app: App, funded: str) -> None:

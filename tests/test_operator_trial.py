@@ -25,7 +25,7 @@ REPORT = {"batch_id": "b-1", "tasks": []}
 
 
 def _emitter(tmp_path: Path) -> Emitter:
-    webhooks = WebhookEmitter(sleep=lambda _: None, timeout=5, attempts=1)
+    webhooks = WebhookEmitter(timeout=5)
     return Emitter(FileEmitter(tmp_path / "outbox"), webhooks, CallbackPolicy("127.0.0.1"))
 
 
@@ -96,7 +96,6 @@ def test_string_length_errors_count_characters(
 
 def test_an_unreachable_forge_is_a_plain_message() -> None:
     client = GiteaClient(f"http://127.0.0.1:{_closed_port()}", "token")
-    client.sleep = lambda _: None
     with pytest.raises(ForgeRetryable) as caught:
         client.version()
     assert str(caught.value) == "GET /version: forge unreachable (connection refused)"

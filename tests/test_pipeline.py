@@ -8,7 +8,7 @@ import pytest
 from conftest import Receiver, read_json, tasks
 
 from dropbox_eval.app import App
-from dropbox_eval.errors import NotFinished
+from dropbox_eval.errors import DeliveryError, NotFinished
 from dropbox_eval.markers import marker
 from dropbox_eval.sandbox import SandboxForge
 
@@ -107,17 +107,23 @@ def test_closed_without_verdict_label_is_no_verdict_and_deleted_issue_is_missing
     assert app.store.get_batch(batch_id).status == "completed"
 
 
-def test_emit_posts_full_report_with_retries(
-    app: App, forge: SandboxForge, funded: str, receiver: Receiver, sleeps: list[float]
+def test_emit_posts_full_report_retried_on_the_stored_schedule(
+    app: App, forge: SandboxForge, funded: str, receiver: Receiver
 ) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
     app.poller.poll_completed(batch_id)
     receiver.answers = [500, 500]
-    result = app.delivery.emit(batch_id)
+    for attempt in (1, 2):  # one try per visit; the record says what happens next
+        with pytest.raises(DeliveryError, match=f"attempt {attempt} of 8 failed: callback"):
+            app.delivery.deliver_due(batch_id)
+        batch = app.store.get_batch(batch_id)
+        assert batch.delivery_attempts == attempt and batch.next_delivery_at is not None
+        assert batch.last_delivery_error is not None
+        assert batch.last_delivery_error.startswith(f"attempt {attempt} of 8 failed")
+    result = app.delivery.deliver_due(batch_id)
     assert result["ok"] is True
     assert len(receiver.received) == 3
-    assert len(sleeps) == 2 and sleeps[1] > sleeps[0]
     ids = {headers["webhook-id"] for headers, _ in receiver.received}
     assert ids == {f"msg_{batch_id}"}
     report = json.loads(receiver.received[-1][1])
@@ -183,16 +189,17 @@ def test_undeliverable_report_is_kept_and_scheduled(
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     _finish_all(app, forge, batch_id)
     app.poller.poll_completed(batch_id)
-    receiver.answers = [503, 503, 503]
-    try:
-        app.delivery.emit(batch_id)
-    except Exception as exc:  # noqa: BLE001
-        assert "503" in str(exc)
-    else:
-        raise AssertionError("delivery should have failed")
+    receiver.answers = [503, 503]
+    with pytest.raises(DeliveryError, match="attempt 1 of 8 failed: callback .* answered 503"):
+        app.delivery.deliver_due(batch_id)  # the delivery worker's automatic try
     batch = app.store.get_batch(batch_id)
     assert batch.status == "completed" and batch.delivery_attempts == 1
     assert batch.next_delivery_at is not None
+    planned = batch.next_delivery_at
+    with pytest.raises(DeliveryError, match="manual re-delivery failed: .* 503; next try at"):
+        app.delivery.emit(batch_id)  # by hand: an extra try, the schedule stays
+    batch = app.store.get_batch(batch_id)
+    assert (batch.delivery_attempts, batch.next_delivery_at) == (1, planned)
     kept = app.settings.outbox_path / "undelivered" / f"{batch_id}.json"
     assert read_json(kept)["batch_id"] == batch_id
     app.delivery.emit(batch_id, force=True)

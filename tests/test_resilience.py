@@ -113,10 +113,11 @@ def _repos(forge: SandboxForge) -> list[str]:
 
 
 @pytest.mark.slow
-def test_forge_outage_of_30_seconds_during_polling(
-    app: App, forge: SandboxForge, funded: str
-) -> None:
-    app.intake.submit_batch(funded, tasks(3))
+def test_forge_outage_of_30_seconds_during_polling(settings: Settings, forge: SandboxForge) -> None:
+    # retries every 0-2 s (full jitter): a 30 s outage takes more than the default 20
+    app = build_app(settings.model_copy(update={"max_attempts": 200}))
+    app.billing.add_client("acme", 100)
+    app.intake.submit_batch("acme", tasks(3))
     forge.fail_for(30, 503)
     lane = SimulatedLane(forge.state, delay=0.0, interval=0.05)
     lane.start()

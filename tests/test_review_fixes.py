@@ -11,12 +11,12 @@ from conftest import read_json, tasks
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import App
+from dropbox_eval.attempts import is_permanent
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import ForgePermanent
 from dropbox_eval.models import BatchStatus, TaskStatus
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.schedule import is_permanent
 from dropbox_eval.service import Service
 from dropbox_eval.webserver import BackgroundServer
 

@@ -221,6 +221,7 @@ def test_every_upload_pattern_is_accepted_exactly_once(
         assert wait_for(lambda: all(outcome(p) for p in paths), 20), {
             p.name: outcome(p) for p in paths
         }
+        assert wait_for(lambda: issue_posts(forge) == 3 * len(uploads), 60)  # then the issues
         time.sleep(1.0)  # nothing else may happen afterwards
         assert service.status.get("last_error") is None
     folder = inbox / "acme"
@@ -247,6 +248,7 @@ def test_200_files_dropped_at_once_are_each_accepted_exactly_once(
             filed(inbox, "accepted")
         )
         elapsed = time.monotonic() - started
+        assert wait_for(lambda: issue_posts(forge) == 200, 90), issue_posts(forge)
         time.sleep(2 * QUIET)
         assert service.status.get("last_error") is None
     print(f"200 files accepted in {elapsed:.1f}s")
@@ -290,6 +292,7 @@ def test_files_present_at_start_and_duplicates_through_the_service(
             ),
             10,
         )
+        assert wait_for(lambda: issue_posts(forge) == 4, 60)  # 2 batches of 2 tasks each
     for name in drops:
         receipt = read_json(inbox / "acme" / "accepted" / f"{name}.receipt.json")
         assert receipt["duplicate"] is True and receipt["batch_id"] == first["batch_id"]
@@ -359,6 +362,7 @@ def test_a_rename_from_a_temporary_name_is_read_without_the_quiet_period(
             accepted = _accepted_times([final], 2.0)
             assert final in accepted, f"{final.name} not accepted within 2 s"
             took[final.name] = accepted[final] - started
+        assert wait_for(lambda: issue_posts(forge) == 2 * len(temporaries), 60)
         assert service.status.get("last_error") is None
     print(
         "renamed into place, accepted after: "
@@ -598,6 +602,7 @@ def test_hostile_catalogue_is_rejected_and_the_service_stays_up(
         # ... and the service still takes the next good file
         (inbox / "after.json").write_bytes(batch(batch_ref="after"))
         assert wait_for(lambda: outcome(inbox / "after.json") == "accepted", 10)
+        assert wait_for(lambda: issue_posts(forge) == 3, 60)  # the accepted ones' issues
         assert service.status.get("last_error") is None
 
     for path, (reason, field) in expected.items():

@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import crashpoints
+from ..batchfile import check_size, parse_batch
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
-from ..models import BatchFile, BatchStatus, is_valid_id, utcnow
+from ..models import BatchFile, BatchRecord, BatchStatus, is_valid_id, utcnow
 from . import fsops
 from .filing import Skip, check_outcome_folder, file_away, shown
-from .parse import check_size, parse_batch
 from .readiness import ReadinessTracker, signature
 from .scan import OUTCOME_DIRS, candidates, is_candidate_name
 
-if TYPE_CHECKING:  # the stages import the parser from this package
-    from ..intake import Intake
-    from ..lifecycle import Lifecycle
+if TYPE_CHECKING:
+    from ..ports import Accepting
+    from ..store import Store
 
 __all__ = ["Inbox", "Outcome", "ReadinessTracker", "candidates", "is_candidate_name"]
 
@@ -59,16 +59,28 @@ class Inbox:
     """Turns ready files into batches via the intake, and files them away."""
 
     def __init__(
-        self, root: Path, intake: Intake, lifecycle: Lifecycle, max_file_bytes: int
+        self,
+        root: Path,
+        store: Store,
+        intake: Accepting,
+        cancel: Callable[[str], BatchRecord],
+        *,
+        max_file_bytes: int,
+        max_tasks: int,
     ) -> None:
+        """`intake` records batches; `cancel` cancels one (a cancel file)."""
         root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
+        self.store = store
         self.intake = intake
-        self.lifecycle = lifecycle
-        self.store = intake.store
+        self.cancel = cancel
         self.max_file_bytes = max_file_bytes
+        self.max_tasks = max_tasks
         # told of every rejection (the app wires the operator's rejection log here)
         self.on_reject: Callable[[dict[str, Any], str | None], None] | None = None
+        # handed each new batch once its drop is filed: the service's opener, or, for a
+        # command alone (`submit`), a visit that opens its issues before `process` returns
+        self.on_recorded: Callable[[str, str], object] | None = None
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans)."""
@@ -152,7 +164,7 @@ class Inbox:
                     client_id,
                     source=str(path.relative_to(self.root)),
                     sha256=sha256,
-                    mark_done=False,  # stored with `filed`, after the receipt
+                    open_now=False,  # the receipt first; its issues are opened once filed
                 )
         except BatchRejected as exc:
             return self._reject(folder_fd, path, exc, sha256, fd)
@@ -215,9 +227,7 @@ class Inbox:
         return b"".join(chunks)
 
     def _parse(self, path: Path, raw: bytes) -> tuple[BatchFile, str]:
-        batch = parse_batch(
-            raw, max_bytes=self.max_file_bytes, max_tasks=self.intake.settings.max_tasks
-        )
+        batch = parse_batch(raw, max_bytes=self.max_file_bytes, max_tasks=self.max_tasks)
         folder_client = self.client_folder(path)
         client_id = folder_client or batch.client_id
         if client_id is None:
@@ -266,7 +276,7 @@ class Inbox:
             )
         status: str
         try:
-            status = self.lifecycle.cancel(batch_id).status
+            status = self.cancel(batch_id).status
         except (ForgeError, Conflict) as exc:
             log.warning("batch %s: cancel stored, the service finishes it: %s", batch_id, exc)
             status = "cancelling"
@@ -293,6 +303,7 @@ class Inbox:
         final = file_away(folder_fd, path, "accepted", receipt, fd)
         if final is not None and not result.get("duplicate") and not result.get("cancel"):
             self.intake.filed(result)
+            self._recorded(result["batch_id"], client_id)
         log.info(
             "file %s: accepted as batch %s%s",
             shown(path),
@@ -300,6 +311,10 @@ class Inbox:
             " (duplicate of an earlier drop)" if result.get("duplicate") else "",
         )
         return Outcome("accepted", final, receipt)
+
+    def _recorded(self, batch_id: str, client_id: str) -> None:
+        if self.on_recorded is not None:
+            self.on_recorded(batch_id, client_id)
 
     def _reject(
         self, folder_fd: int, path: Path, error: BatchRejected, sha256: str | None, fd: int | None

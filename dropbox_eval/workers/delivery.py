@@ -1,0 +1,57 @@
+"""DeliveryWorker: due reports -> outbox or callback, at once when a batch ends; one
+delivery per callback host at a time, so a receiver that never answers holds one thread."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from ..app import App
+from ..delivery import destination
+from ..keyedpool import KeyedPool
+from ..models import BatchStatus
+from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
+
+
+class DeliveryWorker:
+    """Due reports -> outbox or callback, one delivery per destination at a time."""
+
+    def __init__(self, app: App, stop: threading.Event, report: Report) -> None:
+        self.app = app
+        self.stop = stop
+        self.report = report
+        self.pool = KeyedPool(POOL_SIZE, "delivery")  # keys: the batch, its callback host
+        self.wake = threading.Event()  # set when a batch ends: deliver it now
+
+    def run(self) -> None:
+        """A pass whenever a batch ends, and every tick for the retries that fall due."""
+        try:
+            while not self.stop.is_set():
+                self.wake.clear()
+                guarded("delivery", self.report, self.deliver_due)
+                self.wake.wait(TICK_SECONDS)
+        finally:
+            self.pool.shutdown(wait=True)
+
+    def deliver_due(self) -> list[Future[Any]]:
+        """Start the delivery of every due report whose destination is free."""
+        started = []
+        for row in self.app.store.list_batches(live_only=True):
+            if row["status"] == BatchStatus.RUNNING or self.stop.is_set():
+                continue
+            batch = self.app.store.get_batch(str(row["batch_id"]))
+            if batch.emitted_at is not None:  # a crash came between emit and archiving
+                self.app.store.archive(batch)
+                continue
+            if not self.app.delivery.is_due(batch):
+                continue
+            host = destination(batch)
+            keys = [batch.batch_id] if host == "outbox" else [batch.batch_id, f"host:{host}"]
+            future = self.pool.submit(keys, self._deliver, batch.batch_id)  # files never wait
+            if future is not None:
+                started.append(future)
+        return started
+
+    def _deliver(self, batch_id: str) -> None:
+        guarded(f"batch {batch_id}", self.report, self.app.delivery.deliver_due, batch_id)

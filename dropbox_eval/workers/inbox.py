@@ -1,0 +1,87 @@
+"""InboxWorker: ready files -> intake (read, check, record, receipt), several at a time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from ..app import App
+from ..inbox import ReadinessTracker, is_candidate_name
+from ..inbox.watcher import InboxWatcher
+from ..keyedpool import KeyedPool
+from .guard import FAST_TICK_SECONDS, POOL_SIZE, TICK_SECONDS, Report, guarded
+
+
+class InboxWorker:
+    """Watches the inbox; a file is taken once at a time (a re-upload meanwhile waits)."""
+
+    def __init__(self, app: App, stop: threading.Event, report: Report, *, polling: bool) -> None:
+        self.app = app
+        self.stop = stop
+        self.report = report
+        self.polling = polling
+        self.wake = threading.Event()
+        self.tracker = ReadinessTracker(app.settings.quiet_period)
+        self.pool = KeyedPool(POOL_SIZE, "inbox")
+
+    def run(self) -> None:
+        """Watch and take files until stopped."""
+        watcher = InboxWatcher(
+            self.app.inbox.root,
+            self.offer,
+            self.wake,
+            on_renamed=lambda path: self.offer(path, renamed=True),
+            polling=self.polling,
+        )
+        watcher.start()
+        try:
+            self.rescan()
+            next_scan = time.monotonic() + self.app.settings.rescan_interval
+            while not self.stop.is_set():
+                if time.monotonic() >= next_scan:
+                    self.rescan()
+                    next_scan = time.monotonic() + self.app.settings.rescan_interval
+                self.take_ready()
+                self.wake.wait(FAST_TICK_SECONDS if self.tracker.pending() else TICK_SECONDS)
+                self.wake.clear()
+        finally:
+            watcher.stop()
+            self.pool.shutdown(wait=True)
+
+    def offer(self, path: Path, *, renamed: bool = False) -> None:
+        """Called from the observer thread for every event path: keep candidates only.
+
+        `renamed`: a rename into place from a temporary or hidden name, so the file is
+        complete and is read at the next look, without the quiet period.
+        """
+        if not is_candidate_name(self.app.inbox.root, path):
+            return
+        if renamed:
+            self.tracker.renamed(path)
+        else:
+            self.tracker.changed(path)
+
+    def rescan(self) -> None:
+        """Offer every candidate present now (events can be lost)."""
+        for path in self.app.inbox.scan():
+            self.tracker.touch(path)
+
+    def take_ready(self) -> list[Future[Any]]:
+        """Hand each ready file not already being taken to the pool."""
+        started = []
+        for path in self.tracker.ready():
+            future = self.pool.submit([str(path)], self._take, path)
+            if future is None:  # changed while being taken (a re-upload): look again later
+                self.tracker.touch(path)
+                continue
+            started.append(future)
+        return started
+
+    def _take(self, path: Path) -> None:
+        try:
+            guarded(f"file {path}", self.report, self.app.inbox.process, path)
+        finally:
+            self.wake.set()

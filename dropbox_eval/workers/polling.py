@@ -1,0 +1,150 @@
+"""ForgeWorker: cancel and expiry, handing unopened batches to the opener, and polling,
+repo by repo in parallel; a cycle every poll interval, and a visit at once of each repo a
+webhook or a settle alarm names."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from ..app import App
+from ..attempts import is_due
+from ..errors import ForgeError
+from ..keyedpool import KeyedPool
+from ..models import BatchStatus
+from ..scheduler import on_behalf_of
+from ..scout import ChangeScout, Visit
+from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
+from .opening import OpenWorker
+
+log = logging.getLogger("dropbox_eval")
+
+
+class ForgeWorker:
+    """Cancel/expire, resumed intakes and polling, repo by repo in parallel."""
+
+    def __init__(
+        self,
+        app: App,
+        stop: threading.Event,
+        report: Report,
+        opener: OpenWorker,
+        on_full: Callable[[], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.stop = stop
+        self.report = report
+        self.opener = opener  # batches whose issues are not all created go there
+        self.on_full = on_full  # the state check, run before each full reconciliation
+        self.cycles = 0
+        self.pool = KeyedPool(POOL_SIZE, "forge")  # a repo that hangs holds its own visit
+        # one repo per batch: a cross-repo search finds the repos that changed
+        self.scout = None if app.settings.repo else ChangeScout(app)
+
+    def run(self, on_cycle: Callable[[], None]) -> None:
+        """A cycle every poll interval until stopped; repos a webhook named at once."""
+        nudges = self.app.nudges
+        try:
+            next_cycle = time.monotonic()
+            while not self.stop.is_set():
+                if time.monotonic() >= next_cycle:
+                    guarded("poll cycle", self.report, self.cycle)
+                    on_cycle()
+                    next_cycle = time.monotonic() + self.app.settings.poll_interval
+                else:
+                    guarded("webhook poll", self.report, self.cycle, nudges.take())
+                nudges.wake.wait(min(TICK_SECONDS, max(0.0, next_cycle - time.monotonic())))
+                nudges.wake.clear()
+        finally:
+            self.pool.shutdown(wait=True)
+
+    def cycle(self, only: set[str] | None = None) -> list[Future[Any]]:
+        """Visit every due running batch (of the repos `only` names, for a webhook's nudge:
+        an incremental poll outside the cycle); returns the repo visits started."""
+        if only is not None and not only:
+            return []
+        full = False
+        if only is None:
+            self.cycles += 1
+            full = (self.cycles - 1) % self.app.settings.full_poll_every == 0
+            if full and self.cycles > 1 and self.on_full is not None:  # the start ran it
+                guarded("state check", self.report, self.on_full)
+        by_repo: dict[str, list[str]] = {}
+        clients: dict[str, str] = {}  # whose queue a repo's visit waits in at the forge
+        for row in self.app.store.list_batches(live_only=True):
+            if row["status"] != BatchStatus.RUNNING or self.stop.is_set():
+                continue
+            if only is not None and str(row["repo"]).casefold() not in only:
+                continue
+            by_repo.setdefault(str(row["repo"]), []).append(str(row["batch_id"]))
+            clients.setdefault(str(row["repo"]), str(row["client_id"]))
+        plan: dict[str, Visit] | None = None
+        if only is None and self.scout is not None and len(by_repo) > 1:  # else one listing
+            plan = self._scouted(by_repo, full)  # {} when nothing needs a visit
+        if plan is None:
+            plan = {repo: Visit(full=full) for repo in by_repo}
+        started = []
+        for repo, visit in plan.items():
+            future = self.pool.submit(
+                [repo], self._visit_repo, repo, by_repo[repo], visit, clients[repo]
+            )
+            if future is not None:
+                started.append(future)
+            elif only is not None:  # a webhook's news waits for the visit in flight
+                self.app.nudges.add(repo, wake=False)
+        return started
+
+    def _scouted(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit] | None:
+        """The search's plan; None (every repo listed) when the search failed."""
+        assert self.scout is not None
+        try:
+            return self.scout.plan(by_repo, full)
+        except ForgeError as exc:
+            log.warning("cross-repo search failed, listing every repo: %s", exc)
+            self.report("search", exc)
+            return None
+
+    def _visit_repo(self, repo: str, batch_ids: list[str], visit: Visit, client: str) -> None:
+        with on_behalf_of(client):
+            guarded(f"repo {repo}", self.report, self.visit_repo, batch_ids, visit)
+
+    def visit_repo(self, batch_ids: list[str], visit: Visit) -> None:
+        """End or resume each due batch of one repo, then poll the rest in one listing."""
+        lifecycle, store = self.app.lifecycle, self.app.store
+        to_poll: list[str] = []
+        failing: list[str] = []  # batches whose earlier visits failed: reset once this works
+        for batch_id in batch_ids:
+            batch = store.get_batch(batch_id)
+            if lifecycle.end_if_due(batch_id, batch):
+                continue
+            if batch.status != BatchStatus.RUNNING or not is_due(batch):
+                continue
+            if not batch.intake_done:  # the opener creates what is missing; the issues
+                self.opener.offer(batch_id, batch.client_id)  # it has are polled meanwhile
+            to_poll.append(batch_id)
+            if batch.attempts or batch.next_attempt_at is not None:
+                failing.append(batch_id)
+        if not to_poll:
+            return
+        try:
+            self.app.poller.poll_batches(
+                to_poll,
+                full=visit.full,
+                probe=visit.probe,
+                listed=visit.listed,
+                open_count=visit.open_count,
+            )
+        except ForgeError as exc:
+            for batch_id in to_poll:  # the listing is shared: each batch counts the visit
+                lifecycle.visit(batch_id, _raise, exc)
+        else:  # no batch read again when none had failed (the common, idle case)
+            for batch_id in failing:
+                lifecycle.attempts.succeeded(store.get_batch(batch_id))
+
+
+def _raise(error: Exception) -> None:
+    raise error

@@ -1,0 +1,193 @@
+"""Many clients, one forge: the receipt when the batch is durable, one client's flood never
+standing before another's first request, and no tick on the hot paths. Black-box: files in
+the inbox of a running service, the sandbox forge over loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import read_json, settings_on, tasks, wait_for
+
+from dropbox_eval import workers
+from dropbox_eval.app import App, build_app
+from dropbox_eval.fileio import write_atomically
+from dropbox_eval.models import BatchStatus
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.service import Service
+
+
+@contextmanager
+def serving(app: App) -> Iterator[Service]:
+    service = Service(app)
+    thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
+    thread.start()
+    assert wait_for(lambda: service.status.get("state") == "running", 60)
+    try:
+        yield service
+    finally:
+        service.stop()
+        thread.join(timeout=120)
+    assert not thread.is_alive()
+
+
+def drop(app: App, client: str, name: str, document: dict[str, Any]) -> Path:
+    path = app.settings.inbox_path / client / name
+    write_atomically(path, json.dumps(document))
+    return path.parent / "accepted" / f"{name}.receipt.json"
+
+
+def created(forge: SandboxForge, client: str) -> int:
+    """Issues the forge holds in `client`'s repos."""
+    repos = [n for _o, n in list(forge.state.repos) if n.startswith(f"eval-{client}-")]
+    return sum(len(forge.issues(forge.user, repo)) for repo in repos)
+
+
+def test_a_large_batch_gets_its_receipt_while_its_issues_are_created(
+    tmp_path: Path, forge: SandboxForge
+) -> None:
+    app = build_app(settings_on(forge, tmp_path, quiet_period=0.1, task_price=1))
+    app.billing.add_client("acme", 1000)
+    forge.set_delay(5.0)  # every forge answer takes 5 s: the intake cannot wait for them
+    with serving(app):
+        receipt_path = drop(app, "acme", "big.json", {"tasks": tasks(300)})
+        assert wait_for(receipt_path.exists, 60)
+        receipt = read_json(receipt_path)
+        assert created(forge, "acme") < 300  # the receipt came first
+        assert (receipt["status"], receipt["task_count"], receipt["held"]) == (
+            "in_progress",
+            300,
+            300,
+        )
+        assert app.billing.client("acme").held == 300  # durable, with its hold
+        forge.set_delay(0)
+        batch_id = receipt["batch_id"]
+
+        def opened() -> bool:
+            return all(t.issue_number for t in app.store.get_tasks(batch_id))
+
+        assert wait_for(opened, 120)
+    assert created(forge, "acme") == 300  # each task once
+    numbers = {t.issue_number for t in app.store.get_tasks(batch_id)}
+    assert len(numbers) == 300
+
+
+def test_one_clients_flood_never_stands_before_anothers_first_drop(
+    tmp_path: Path, forge: SandboxForge
+) -> None:
+    settings = settings_on(
+        forge,
+        tmp_path,
+        quiet_period=0.1,
+        task_price=1,
+        intake_concurrency=2,
+        forge_max_inflight=2,  # a budget of 2 that cannot grow: the flood alone fills it
+    )
+    app = build_app(settings)
+    app.billing.add_client("flood", 10_000)
+    app.billing.add_client("small", 10)
+    forge.set_delay(0.05)
+    with serving(app):
+        for n in range(4):
+            drop(app, "flood", f"f{n}.json", {"batch_ref": f"f{n}", "tasks": tasks(150)})
+        assert wait_for(lambda: created(forge, "flood") >= 10, 60)  # the flood is going
+        receipt_path = drop(app, "small", "one.json", {"tasks": tasks(1)})
+        assert wait_for(receipt_path.exists, 60)
+        assert wait_for(lambda: created(forge, "small") == 1, 60)
+        flood_then = created(forge, "flood")
+        assert flood_then < 600  # the small client's issue came while the flood was pending
+        assert wait_for(lambda: created(forge, "flood") == 600, 180)
+    # its issue waited behind at most a turn of the flood's, not behind the flood's backlog
+    small_at = _position_of_first_create(forge, "eval-small-")
+    flood_creates = [r for r in forge.requests if _is_create(r.method, r.path, "eval-flood-")]
+    assert small_at is not None and small_at < len(flood_creates) / 2, (small_at, flood_then)
+
+
+def _is_create(method: str, path: str, repo: str) -> bool:
+    return method == "POST" and repo in path and path.endswith("/issues")
+
+
+def _position_of_first_create(forge: SandboxForge, repo: str) -> int | None:
+    """How many of the flood's creates were answered before the small client's."""
+    flood = 0
+    for request in forge.requests:
+        if _is_create(request.method, request.path, repo):
+            return flood
+        if _is_create(request.method, request.path, "eval-flood-"):
+            flood += 1
+    return None
+
+
+def opened_batch(app: App, count: int) -> str:
+    """Drop a batch of `count` tasks for acme; its id once all its issues exist."""
+    receipt_path = drop(app, "acme", "b.json", {"tasks": tasks(count)})
+    assert wait_for(receipt_path.exists, 60)
+    batch_id = str(read_json(receipt_path)["batch_id"])
+    assert wait_for(lambda: all(t.issue_number for t in app.store.get_tasks(batch_id)), 60)
+    return batch_id
+
+
+@pytest.fixture
+def no_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers whose periodic passes are an hour apart: only events move a batch."""
+    monkeypatch.setattr(workers.delivery, "TICK_SECONDS", 3600.0)
+
+
+def test_a_batch_that_ends_is_delivered_without_waiting_for_a_tick(
+    tmp_path: Path, forge: SandboxForge, no_ticks: None
+) -> None:
+    app = build_app(
+        settings_on(forge, tmp_path, quiet_period=0.1, poll_interval=0.2, settle_seconds=0)
+    )
+    app.billing.add_client("acme", 100)
+    with serving(app):
+        batch_id = opened_batch(app, 2)
+        repo = app.store.get_batch(batch_id).repo.split("/")[1]
+        for task in app.store.get_tasks(batch_id):
+            forge.finish_issue(
+                forge.user, repo, task.issue_number or 0, comment="ok", labels=["eval-pass"]
+            )
+        report = app.settings.outbox_path / f"{batch_id}.json"
+        assert wait_for(report.exists, 60)  # the hour-long tick never came
+    assert app.store.get_batch(batch_id).status == BatchStatus.EMITTED
+
+
+def test_a_settling_result_becomes_final_when_its_window_ends_not_at_the_next_poll(
+    tmp_path: Path, forge: SandboxForge, no_ticks: None
+) -> None:
+    app = build_app(
+        settings_on(forge, tmp_path, quiet_period=0.1, poll_interval=3600.0, settle_seconds=4.0)
+    )
+    app.billing.add_client("acme", 100)
+    with serving(app) as service:
+        alarms: list[float] = []
+        wired = app.poller.on_settling
+        assert wired is not None
+
+        def alarm(repo: str, seconds: float) -> None:
+            alarms.append(seconds)
+            wired(repo, seconds)
+
+        app.poller.on_settling = alarm
+        batch_id = opened_batch(app, 1)
+        batch = app.store.get_batch(batch_id)
+        (task,) = app.store.get_tasks(batch_id)
+        forge.finish_issue(
+            forge.user,
+            batch.repo.split("/")[1],
+            task.issue_number or 0,
+            comment="ok",
+            labels=["eval-pass"],
+        )
+        cycles = service.cycles
+        app.nudges.add(batch.repo)  # what a forge webhook does: visit the repo now
+        report = app.settings.outbox_path / f"{batch_id}.json"
+        assert wait_for(report.exists, 60)
+        assert service.cycles == cycles  # no poll cycle came: the alarm did it
+        assert alarms and alarms[0] > 0  # read while settling, an alarm set for its end
+    assert read_json(report)["results"][0]["status"] == "passed"
