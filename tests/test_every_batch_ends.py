@@ -75,7 +75,7 @@ def test_a_failure_that_keeps_repeating_ends_the_batch_failed(
     forge.fail_next(10**6, 503, path_contains="/repos/eval/eval-acme-")
     batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
     service = Service(app)
-    assert wait_for(lambda: _cycled(service) and _status(app, batch_id) == "failed", 20)
+    assert wait_for(lambda: _cycled(service) and _status(app, batch_id) == "failed")
     batch = app.store.get_batch(batch_id)
     assert batch.attempts >= 3 and "503" in (batch.last_error or "")
     assert "3 visits" in (batch.failure or "")
@@ -151,14 +151,14 @@ def test_a_broken_client_delays_nobody_else(settings: Settings, forge: SandboxFo
         write_atomically(
             app.settings.inbox_path / "alpha" / "a.json", json.dumps({"tasks": tasks(2)})
         )
-        assert wait_for(lambda: len(app.store.list_batches()) == 2, 10)
+        assert wait_for(lambda: len(app.store.list_batches()) == 2)
         for n in range(3):
             write_atomically(
                 app.settings.inbox_path / "bravo" / f"b{n}.json",
                 json.dumps({"batch_ref": f"b{n}", "tasks": tasks(2)}),
             )
         receipts = app.settings.inbox_path / "bravo" / "accepted"
-        assert wait_for(lambda: len(list(receipts.glob("*.receipt.json"))) == 3, 15)
+        assert wait_for(lambda: len(list(receipts.glob("*.receipt.json"))) == 3)
         for receipt in receipts.glob("*.receipt.json"):
             assert all(i["issue_number"] for i in read_json(receipt)["issues"])
     finally:

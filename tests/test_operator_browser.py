@@ -112,7 +112,7 @@ def test_the_page_follows_progress_and_redelivers(
         shutil.copyfile(tmp_path / "operator-page.png", "/tmp/operator-page.png")
         row.get_by_role("button", name="Re-deliver").click()
         expect(page.locator("#note")).to_contain_text(f"{ended}: delivered to {receiver.url}")
-        assert wait_for(lambda: len(receiver.received) == tried + 1, 5)
+        assert wait_for(lambda: len(receiver.received) == tried + 1)
         report = json.loads(receiver.received[-1][1])
         assert report["batch_id"] == ended and report["status"] == "completed"
         expect(page.locator(f'#undelivered tr[data-batch="{ended}"]')).to_have_count(0)

@@ -254,7 +254,7 @@ def test_run_with_http_port_serves_metrics_and_the_page(tmp_path: Path) -> None:
                 url = found.group(1)
                 break
         assert url, "the service never said where its page is"
-        assert wait_for(lambda: requests.get(f"{url}/readyz", timeout=5).ok, 10)
+        assert wait_for(lambda: requests.get(f"{url}/readyz", timeout=5).ok)
         metrics = requests.get(f"{url}/metrics", timeout=5).text
         assert "dropbox_eval_service_running 1.0" in metrics
         page = requests.get(f"{url}/operator", params={"key": KEY}, timeout=5)

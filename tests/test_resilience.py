@@ -37,7 +37,7 @@ def running(app: App) -> Iterator[Service]:
     service = Service(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
-    assert wait_for(lambda: service.status.get("state") == "running", 10)
+    assert wait_for(lambda: service.status.get("state") == "running")
     yield service
     service.stop()
     thread.join(timeout=30)
@@ -87,7 +87,7 @@ def test_sigkill_during_intake_never_duplicates_or_loses(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert wait_for(lambda: any(settings.outbox_path.glob("*.json")), 60), (seed, kills)
+        assert wait_for(lambda: any(settings.outbox_path.glob("*.json"))), (seed, kills)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=30)
@@ -124,9 +124,9 @@ def test_forge_outage_of_30_seconds_during_polling(
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     try:
-        assert wait_for(lambda: service.status.get("last_error") is not None, 20)
+        assert wait_for(lambda: service.status.get("last_error") is not None)
         assert "503" in service.status["last_error"]
-        assert wait_for(lambda: any(app.settings.outbox_path.glob("*.json")), 60)
+        assert wait_for(lambda: any(app.settings.outbox_path.glob("*.json")))
     finally:
         lane.stop()
         service.stop()
@@ -155,11 +155,11 @@ def test_callback_down_then_up_delivers_once_with_same_id(
     thread.start()
     server = None
     try:
-        assert wait_for(lambda: app.store.get_batch(batch_id).delivery_attempts >= 1, 30)
+        assert wait_for(lambda: app.store.get_batch(batch_id).delivery_attempts >= 1)
         kept = app.settings.outbox_path / "undelivered" / f"{batch_id}.json"
         assert kept.exists()
         receiver, server = start_receiver(port)
-        assert wait_for(lambda: app.store.get_batch(batch_id).status == "emitted", 30)
+        assert wait_for(lambda: app.store.get_batch(batch_id).status == "emitted")
     finally:
         service.stop()
         thread.join(timeout=30)
@@ -195,7 +195,7 @@ def test_funding_from_another_process_while_service_charges(
         drop(app.settings, funded, f"b{i}.json", {"batch_ref": f"b{i}", "tasks": tasks(2)})
         time.sleep(0.05)
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
-    assert wait_for(lambda: len(app.store.list_batches()) == 8, 60)
+    assert wait_for(lambda: len(app.store.list_batches()) == 8)
     client = app.billing.client(funded)
     assert (client.balance, client.held) == (100 + 100, 8 * 2 * 2)
     ledger = app.store.ledger(funded)
@@ -214,9 +214,7 @@ def test_wrong_token_stops_work_with_a_message_and_service_stays_up(
     thread.start()
     try:
         drop(app.settings, "acme", "a.json", {"tasks": tasks(1)})
-        assert wait_for(
-            lambda: "SAAS_EVAL_GITEA_TOKEN" in str(service.status.get("last_error")), 20
-        )
+        assert wait_for(lambda: "SAAS_EVAL_GITEA_TOKEN" in str(service.status.get("last_error")))
         assert thread.is_alive()
         rows = app.store.list_batches()
         assert [r["status"] for r in rows] == ["running"]  # kept, resumes once the token works

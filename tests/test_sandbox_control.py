@@ -61,7 +61,7 @@ def test_request_is_logged_when_it_starts(api: Api) -> None:
             f"{api.forge.url}/_sandbox/requests", params={"phase": "started"}, timeout=5
         ).json()
         assert started == [{"method": "POST", "path": path, "query": ""}]
-    assert wait_for(lambda: [e.status for e in api.forge.requests] == [499], timeout=5)
+    assert wait_for(lambda: [e.status for e in api.forge.requests] == [499])
     assert api.forge.issues(api.owner, api.repo) == []
 
 

@@ -119,7 +119,7 @@ def test_a_change_the_indexer_had_not_seen_yet_is_found_by_the_next_search(
         service.poll_cycle()
         return app.store.get_tasks(ids[0])[0].status == TaskStatus.PASSED
 
-    assert wait_for(found, 5)
+    assert wait_for(found)
 
 
 def test_a_closure_whose_read_failed_is_listed_once_the_search_window_passed_it(

@@ -68,7 +68,7 @@ def running(app: App, *, polling: bool = False) -> Iterator[Service]:
     thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
     thread.start()
     # the first poll cycle runs after the watcher started and the start-up rescan
-    assert wait_for(lambda: service.status.get("last_poll_at") is not None, 20)
+    assert wait_for(lambda: service.status.get("last_poll_at") is not None)
     try:
         yield service
         assert thread.is_alive(), "the service loop died"
@@ -218,9 +218,7 @@ def test_every_upload_pattern_is_accepted_exactly_once(
         for writer in writers:
             writer.join()
         paths = [inbox / "acme" / name for name in uploads]
-        assert wait_for(lambda: all(outcome(p) for p in paths), 20), {
-            p.name: outcome(p) for p in paths
-        }
+        assert wait_for(lambda: all(outcome(p) for p in paths)), {p.name: outcome(p) for p in paths}
         time.sleep(1.0)  # nothing else may happen afterwards
         assert service.status.get("last_error") is None
     folder = inbox / "acme"
@@ -269,7 +267,7 @@ def test_files_present_at_start_and_duplicates_through_the_service(
     (inbox / "acme").mkdir()
     (inbox / "acme" / "before-start.json").write_bytes(raw)
     with running(app):
-        assert wait_for(lambda: outcome(inbox / "acme" / "before-start.json"), 10)
+        assert wait_for(lambda: outcome(inbox / "acme" / "before-start.json"))
         first = read_json(inbox / "acme" / "accepted" / "before-start.json.receipt.json")
         drops = {
             "same-bytes.json": raw,  # the identical file again
@@ -312,7 +310,7 @@ def test_inbox_folder_replaced_while_running_is_watched_again(
         time.sleep(0.3)
         inbox.mkdir()
         (inbox / "after.json").write_bytes(batch())
-        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted", 10)
+        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted")
 
 
 # -- a rename into place is complete at once; everything else waits the quiet period ------
@@ -591,13 +589,13 @@ def test_hostile_catalogue_is_rejected_and_the_service_stays_up(
         expected[inbox / "bad folder" / "x.json"] = ("invalid_batch", "client_id")
         expected[inbox / "link.json"] = ("symlink", None)
         accepted = [inbox / "bom.json", inbox / "SHOUTING.JSON"]
-        assert wait_for(lambda: all(outcome(p) for p in [*expected, *accepted]), 30), [
+        assert wait_for(lambda: all(outcome(p) for p in [*expected, *accepted])), [
             p.name for p in [*expected, *accepted] if not outcome(p)
         ]
 
         # ... and the service still takes the next good file
         (inbox / "after.json").write_bytes(batch(batch_ref="after"))
-        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted", 10)
+        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted")
         assert service.status.get("last_error") is None
 
     for path, (reason, field) in expected.items():

@@ -91,7 +91,7 @@ def test_a_closed_issue_is_stored_at_once_with_a_30_second_poll_interval(
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     try:
-        assert wait_for(lambda: bool(forge.state.hooks.listed(f"owner:{forge.user}")), 10)
+        assert wait_for(lambda: bool(forge.state.hooks.listed(f"owner:{forge.user}")))
         batch_id = app.intake.submit_batch("acme", tasks(2))["batch_id"]
         service.poll_cycle()  # the cycle that would otherwise come 30 s later has run
         repo = app.store.get_batch(batch_id).repo.split("/", 1)[1]
@@ -100,7 +100,7 @@ def test_a_closed_issue_is_stored_at_once_with_a_30_second_poll_interval(
         forge.finish_issue(
             forge.user, repo, task.issue_number or 0, comment="ok", labels=["eval-pass"]
         )
-        assert wait_for(lambda: app.store.get_tasks(batch_id)[0].status == TaskStatus.PASSED, 10)
+        assert wait_for(lambda: app.store.get_tasks(batch_id)[0].status == TaskStatus.PASSED)
         assert time.monotonic() - closed_at < 10 < app.settings.poll_interval
         assert app.webhooks.counts["accepted"] >= 1
     finally:
