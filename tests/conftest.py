@@ -62,7 +62,7 @@ def sleeps() -> list[float]:
 def app(settings: Settings, sleeps: list[float]) -> App:
     """Wired components with recorded (instant) backoff sleeps."""
     built = build_app(settings)
-    built.delivery.emitter.webhooks = WebhookEmitter(sleep=sleeps.append, timeout=5)
+    built.delivery.emitter.webhooks = WebhookEmitter(sleep=sleeps.append, timeout=30)
     assert built.gitea is not None
     built.gitea.sleep = sleeps.append
     return built

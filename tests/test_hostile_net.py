@@ -31,7 +31,7 @@ def _port(receiver: Receiver) -> int:
 
 
 def _emitter(tmp_path: Path, policy: CallbackPolicy, **kwargs: Any) -> Emitter:
-    webhooks = WebhookEmitter(sleep=lambda _: None, timeout=5, attempts=1, **kwargs)
+    webhooks = WebhookEmitter(sleep=lambda _: None, timeout=30, attempts=1, **kwargs)
     return Emitter(FileEmitter(tmp_path / "outbox"), webhooks, policy)
 
 

@@ -25,7 +25,7 @@ REPORT = {"batch_id": "b-1", "tasks": []}
 
 
 def _emitter(tmp_path: Path) -> Emitter:
-    webhooks = WebhookEmitter(sleep=lambda _: None, timeout=5, attempts=1)
+    webhooks = WebhookEmitter(sleep=lambda _: None, timeout=30, attempts=1)
     return Emitter(FileEmitter(tmp_path / "outbox"), webhooks, CallbackPolicy("127.0.0.1"))
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import read_json, start_receiver, tasks, wait_for
+from conftest import PATIENCE, read_json, start_receiver, tasks, wait_for
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.billing import Billing
@@ -40,7 +40,7 @@ def running(app: App) -> Iterator[Service]:
     assert wait_for(lambda: service.status.get("state") == "running")
     yield service
     service.stop()
-    thread.join(timeout=30)
+    thread.join(timeout=PATIENCE)
     assert not thread.is_alive()
 
 
@@ -77,7 +77,7 @@ def test_sigkill_during_intake_never_duplicates_or_loses(
         moment = rng.uniform(0.7, 1.6)
         time.sleep(moment)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=PATIENCE)
         created = sum(len(forge.issues(forge.user, r)) for r in _repos(forge))
         kills.append((round(moment, 2), created))
     forge.set_delay(0)
@@ -90,7 +90,7 @@ def test_sigkill_during_intake_never_duplicates_or_loses(
         assert wait_for(lambda: any(settings.outbox_path.glob("*.json"))), (seed, kills)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
+        _, stderr = proc.communicate(timeout=PATIENCE)
         lane.stop()
     assert proc.returncode == 0, stderr
     repos = _repos(forge)
@@ -130,7 +130,7 @@ def test_forge_outage_of_30_seconds_during_polling(
     finally:
         lane.stop()
         service.stop()
-        thread.join(timeout=30)
+        thread.join(timeout=PATIENCE)
     report = read_json(next(app.settings.outbox_path.glob("*.json")))
     assert report["counts"]["passed"] == 3
 
@@ -162,7 +162,7 @@ def test_callback_down_then_up_delivers_once_with_same_id(
         assert wait_for(lambda: app.store.get_batch(batch_id).status == "emitted")
     finally:
         service.stop()
-        thread.join(timeout=30)
+        thread.join(timeout=PATIENCE)
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -220,4 +220,4 @@ def test_wrong_token_stops_work_with_a_message_and_service_stays_up(
         assert [r["status"] for r in rows] == ["running"]  # kept, resumes once the token works
     finally:
         service.stop()
-        thread.join(timeout=30)
+        thread.join(timeout=PATIENCE)

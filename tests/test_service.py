@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_json, tasks, wait_for
+from conftest import PATIENCE, read_json, tasks, wait_for
 
 
 def _cli(
@@ -73,7 +73,7 @@ def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> 
         assert second.returncode == 5 and "another dropbox-eval run" in second.stderr
     finally:
         service.send_signal(signal.SIGTERM)
-        _, stderr = service.communicate(timeout=20)
+        _, stderr = service.communicate(timeout=PATIENCE)
     assert service.returncode == 0, stderr
     report = read_json(next((tmp_path / "outbox").glob("*.json")))
     assert report["batch_ref"] == "r1" and report["counts"]["passed"] == 2
