@@ -87,7 +87,11 @@ def test_sigkill_during_intake_never_duplicates_or_loses(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert wait_for(lambda: any(settings.outbox_path.glob("*.json"))), (seed, kills)
+        # 500 issues to create and settle on a possibly loaded machine: three patiences
+        assert wait_for(lambda: any(settings.outbox_path.glob("*.json")), 3 * PATIENCE), (
+            seed,
+            kills,
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=PATIENCE)
@@ -126,7 +130,8 @@ def test_forge_outage_of_30_seconds_during_polling(
     try:
         assert wait_for(lambda: service.status.get("last_error") is not None)
         assert "503" in service.status["last_error"]
-        assert wait_for(lambda: any(app.settings.outbox_path.glob("*.json")))
+        # the outage itself lasts 30 s of the wait
+        assert wait_for(lambda: any(app.settings.outbox_path.glob("*.json")), 30 + PATIENCE)
     finally:
         lane.stop()
         service.stop()
