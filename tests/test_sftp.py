@@ -269,6 +269,13 @@ def receipt(stack: Stack, name: str, client: str | None = None) -> dict[str, Any
     return read_json(path) if path.exists() else None
 
 
+def filed(stack: Stack, name: str) -> bool:
+    """The drop sits beside its receipt in accepted/ (the receipt is written first, then
+    the drop is moved next to it)."""
+    accepted = stack.folder() / "accepted"
+    return (accepted / f"{name}.receipt.json").exists() and (accepted / name).exists()
+
+
 def leftovers(stack: Stack, client: str | None = None) -> list[str]:
     folder = stack.folder(client)
     return (
@@ -340,7 +347,7 @@ def test_winscp_filepart_then_rename_gives_one_batch(stack: Stack) -> None:
         client.rename("win.json.filepart", "win.json")  # SSH_FXP_RENAME, as WinSCP sends
     finally:
         _close(client)
-    assert wait_for(lambda: receipt(stack, "win.json") is not None)
+    assert wait_for(lambda: filed(stack, "win.json"))
     rejected = stack.folder() / "rejected"
     assert not rejected.exists() or not any(p.name.startswith("win") for p in rejected.iterdir())
     accepted = [p.name for p in (stack.folder() / "accepted").iterdir() if p.name.startswith("win")]
@@ -434,7 +441,7 @@ def test_put_replaces_a_pending_file_and_resumes_are_refused(stack: Stack, tmp_p
         timeout=PATIENCE,
     )  # scp opens without FXF_TRUNC and sets the size at the end
     assert copied.returncode == 0, copied.stderr
-    assert wait_for(lambda: receipt(stack, "again.json") is not None)
+    assert wait_for(lambda: filed(stack, "again.json"))
     assert (folder / "accepted" / "again.json").read_bytes() == batch_json(stack.acme, "again.json")
     resumed = sftp(stack, "reput resume.json resume.json.part\n", cwd=tmp_path)
     assert resumed.returncode != 0
