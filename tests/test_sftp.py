@@ -2,13 +2,13 @@
 
 One endpoint runs as a real `dropbox-eval sftp` subprocess and one real `Service` (inotify
 watcher, sandbox forge) runs in a thread, both on the same tmp home, shared by the module
-(starting them is the slow part). Each test gets clients of its own (`acme3`, `other3`, ...)
-and so its own inbox folders, sessions and log lines: what one test leaves behind, even
-when it fails half-way, is never in another test's listing. The service's quiet period is
-600 s: an upload becomes a batch within seconds only because the endpoint renames it into
-place on close, which the watcher reads at once. Logins that are meant to fail come from
-their own loopback address (127.0.0.N), so the per-address failure limit of one test never
-locks out another.
+(starting them is the slow part). Each test gets clients of its own (`acme3`, `other3`,
+...) and so its own inbox folders (made before the service starts), sessions and log
+lines: what one test leaves behind, even when it fails half-way, is never in another
+test's listing. The service's quiet period is 600 s: an upload becomes a batch within
+seconds only because the endpoint renames it into place on close, which the watcher reads
+at once. Logins that are meant to fail come from their own loopback address (127.0.0.N),
+so the per-address failure limit of one test never locks out another.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from dropbox_eval.sftp.keys import KeyStore
 MAX_BYTES = 256 * 1024
 MAX_FAILURES = 3
 MAX_SESSIONS = 2
-_serial = itertools.count(1)
 
 
 @dataclass
@@ -53,6 +52,8 @@ class Endpoint:
     keys: dict[str, Path]
     known_hosts: Path
     log: Path
+    seats: int  # client folder pairs made before the service started: one per test
+    taken: Iterator[int]
 
 
 @dataclass
@@ -60,9 +61,10 @@ class Stack:
     """The endpoint as one test sees it: `acme` and `other` are this test's own clients."""
 
     endpoint: Endpoint
-    acme: str
-    other: str
+    number: int
     keys: dict[str, Path]
+    acme: str = ""
+    other: str = ""
 
     @property
     def home(self) -> Path:
@@ -92,8 +94,8 @@ class Stack:
         return [line for line in self.log_text().splitlines() if who in line]
 
     def add_client(self, name: str, key: str) -> str:
-        """A client of this test's own, `name` + a number, logging in with `key`."""
-        client = f"{name}{next(_serial)}"
+        """A client of this test's own, `name` + its number, logging in with `key`."""
+        client = f"{name}{self.number}"
         self.app.billing.add_client(client, 0)
         public = self.keys[key].with_suffix(".pub").read_text()
         KeyStore(self.app.settings.state_path).add(client, public)
@@ -133,8 +135,18 @@ def _start_endpoint(home: Path, log: Path) -> tuple[subprocess.Popen[str], int]:
 
 
 @pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+def endpoint(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Endpoint]:
     home = tmp_path_factory.mktemp("sftp-home")
+    # Each test's client folders exist before the service starts, so its watcher watches
+    # them from the start. A folder made later is watched only once the watcher has seen
+    # it appear; a file renamed into it before that is reported as created, not renamed,
+    # and would wait the 600 s quiet period.
+    seats = sum(1 for item in request.session.items if item.module is request.module)
+    for number in range(1, seats + 1):
+        for name in ("acme", "other"):
+            (home / "inbox" / f"{name}{number}").mkdir(parents=True)
     with SandboxForge(port=0) as forge:
         settings = settings_on(
             forge,
@@ -157,7 +169,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
         known_hosts = home / "known_hosts"
         known_hosts.write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
         try:
-            yield Endpoint(home, port, app, keys, known_hosts, log)
+            yield Endpoint(home, port, app, keys, known_hosts, log, seats, itertools.count(1))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=PATIENCE)
@@ -169,7 +181,8 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
 def stack(endpoint: Endpoint) -> Stack:
     """This test's view of the endpoint, with two fresh clients: `acme` (key "acme") and
     `other` (key "other")."""
-    view = Stack(endpoint, acme="", other="", keys=dict(endpoint.keys))
+    view = Stack(endpoint, next(endpoint.taken), keys=dict(endpoint.keys))
+    assert view.number <= endpoint.seats, "more tests than client folders made at the start"
     view.acme = view.add_client("acme", "acme")
     view.other = view.add_client("other", "other")
     return view
