@@ -54,9 +54,9 @@ def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
 
 @pytest.fixture
 def app(settings: Settings) -> App:
-    """Wired components (callbacks time out after 5 s)."""
+    """Wired components (callbacks time out after 30 s)."""
     built = build_app(settings)
-    built.delivery.emitter.webhooks = WebhookEmitter(timeout=5)
+    built.delivery.emitter.webhooks = WebhookEmitter(timeout=30)
     return built
 
 
@@ -121,8 +121,18 @@ def receiver() -> Iterator[Receiver]:
     server.server_close()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
-    """Poll `predicate` until it holds or `timeout` seconds pass; its last answer."""
+PATIENCE = 60.0
+"""Seconds a test waits for something that should happen (a subprocess, an SFTP session, a
+forge round trip...). Generous so that a loaded machine is slow, not wrong; a wait returns
+as soon as its condition holds, so the limit costs nothing when things work. A test never
+asserts an upper bound on wall-clock time: it asserts what happened, and in which order."""
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = PATIENCE) -> bool:
+    """Poll `predicate` until it holds or `timeout` seconds pass; its last answer.
+
+    Leave `timeout` out when waiting for something to happen; pass a short one only to
+    check that something does *not* happen (`assert not wait_for(..., 1.0)`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

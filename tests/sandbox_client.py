@@ -36,13 +36,13 @@ class Api:
         return f"{self.base}/repos/{self.owner}/{self.repo}"
 
     def get(self, path: str, **params: Any) -> requests.Response:
-        return self.session.get(self.repo_url + path, params=params, timeout=5)
+        return self.session.get(self.repo_url + path, params=params, timeout=30)
 
     def post(self, path: str, body: Any) -> requests.Response:
-        return self.session.post(self.repo_url + path, json=body, timeout=5)
+        return self.session.post(self.repo_url + path, json=body, timeout=30)
 
     def patch(self, path: str, body: Any) -> requests.Response:
-        return self.session.patch(self.repo_url + path, json=body, timeout=5)
+        return self.session.patch(self.repo_url + path, json=body, timeout=30)
 
     def label(self, name: str, color: str = "ff0000") -> int:
         response = self.post("/labels", {"name": name, "color": color})
@@ -81,7 +81,7 @@ def new_api(forge: SandboxForge) -> Api:
     forge.clear_requests()
     made = session(forge.token)
     name = f"repo{next(_names)}"
-    created = made.post(f"{forge.url}/api/v1/user/repos", json={"name": name}, timeout=5)
+    created = made.post(f"{forge.url}/api/v1/user/repos", json={"name": name}, timeout=30)
     assert created.status_code == 201, created.text
     return Api(forge, made, forge.user, name)
 

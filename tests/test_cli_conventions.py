@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
-from conftest import Cli, isolated_cli, tasks, wait_for
+from conftest import PATIENCE, Cli, isolated_cli, tasks, wait_for
 from filelock import FileLock
 
 from dropbox_eval import __version__
@@ -212,23 +212,30 @@ def _subprocess_env(cli: Cli) -> dict[str, str]:
 
 
 def _interrupted_watch(cli: Cli, batch_id: str) -> tuple[int, str]:
-    """Run `watch` in a real process while a service seems to run; Ctrl-C it."""
-    with FileLock(str(cli.home / "state" / "service.lock")):  # as if a service ran
+    """Run `watch` in a real process while a service seems to run; Ctrl-C it once it is
+    watching: its first progress line is out (before that, on a loaded machine, Python may
+    still be importing and a Ctrl-C there is not the command's to handle)."""
+    out_path, err_path = cli.home / "watch.out", cli.home / "watch.err"
+    lock = FileLock(str(cli.home / "state" / "service.lock"))  # as if a service ran
+    with lock, out_path.open("w") as out, err_path.open("w") as err:
         process = subprocess.Popen(
             [sys.executable, "-m", "dropbox_eval", "watch", batch_id, "--interval", "0.05"],
             env=_subprocess_env(cli),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
             text=True,
         )
         try:
-            assert not wait_for(lambda: process.poll() is not None, 3.0)  # still watching
+            watching = f"{batch_id}: running"
+            assert wait_for(lambda: watching in out_path.read_text() or process.poll() is not None)
+            assert not wait_for(lambda: process.poll() is not None, 1.0)  # still watching
             process.send_signal(signal.SIGINT)
-            out, err = process.communicate(timeout=20)
+            process.wait(timeout=PATIENCE)
         finally:
             if process.poll() is None:
                 process.kill()
-    return process.returncode, err + out
+                process.wait(timeout=PATIENCE)
+    return process.returncode, err_path.read_text() + out_path.read_text()
 
 
 def test_ctrl_c_ends_watch_quietly_with_130(cli: Cli) -> None:

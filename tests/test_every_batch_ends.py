@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
-from conftest import read_json, settings_on, tasks, wait_for
+from conftest import PATIENCE, read_json, settings_on, tasks, wait_for
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
@@ -75,7 +77,7 @@ def test_a_failure_that_keeps_repeating_ends_the_batch_failed(
     forge.fail_next(10**6, 503, path_contains="/repos/eval/eval-acme-")
     batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
     service = Service(app)
-    assert wait_for(lambda: _cycled(service) and _status(app, batch_id) == "failed", 20)
+    assert wait_for(lambda: _cycled(service) and _status(app, batch_id) == "failed")
     batch = app.store.get_batch(batch_id)
     assert batch.attempts >= 3 and "503" in (batch.last_error or "")
     assert "3 visits" in (batch.failure or "")
@@ -132,12 +134,16 @@ def test_the_api_refuses_what_the_inbox_refuses_with_the_same_answers(
 
 
 def test_a_broken_client_delays_nobody_else(settings: Settings, forge: SandboxForge) -> None:
-    """A's repo answers 503 and A's callback never answers; B's drops still get issues."""
+    """A's repo answers 503 and A's callback takes the connection and never answers; B's
+    drops get their issues while A's report is still stuck in its delivery and A's batch
+    is still being retried. Both of A's troubles last until the test ends them (a one-hour
+    callback timeout, no retry limit), so B can only finish first if nothing of A's is in
+    B's way: a worker that waited on A would make the wait for B's receipts run out."""
     hanging = socket.socket()
     hanging.bind(("127.0.0.1", 0))
-    hanging.listen(16)  # accepts connections and never answers
-    quick = settings.model_copy(update={"callback_timeout": 30.0})
-    app = build_app(quick)
+    hanging.listen(16)  # the kernel accepts connections; nobody ever answers them
+    stuck = settings.model_copy(update={"callback_timeout": 3600.0, "max_attempts": 10**6})
+    app = build_app(stuck)
     for client in ("alpha", "bravo"):
         app.billing.add_client(client, 100)
     callback = f"http://127.0.0.1:{hanging.getsockname()[1]}/hook"
@@ -151,21 +157,40 @@ def test_a_broken_client_delays_nobody_else(settings: Settings, forge: SandboxFo
         write_atomically(
             app.settings.inbox_path / "alpha" / "a.json", json.dumps({"tasks": tasks(2)})
         )
-        assert wait_for(lambda: len(app.store.list_batches()) == 2, 10)
+        assert wait_for(lambda: select.select([hanging], [], [], 0)[0] != [])  # A is called
+        assert wait_for(lambda: any(_retried(app, row) for row in app.store.list_batches()))
         for n in range(3):
             write_atomically(
                 app.settings.inbox_path / "bravo" / f"b{n}.json",
                 json.dumps({"batch_ref": f"b{n}", "tasks": tasks(2)}),
             )
         receipts = app.settings.inbox_path / "bravo" / "accepted"
-        assert wait_for(lambda: len(list(receipts.glob("*.receipt.json"))) == 3, 60)
-        ids = [read_json(r)["batch_id"] for r in receipts.glob("*.receipt.json")]
-
-        def opened() -> bool:
-            return all(t.issue_number for i in ids for t in app.store.get_tasks(i))
-
-        assert wait_for(opened, 60)
+        assert wait_for(lambda: len(list(receipts.glob("*.receipt.json"))) == 3)
+        bravo = [read_json(r)["batch_id"] for r in receipts.glob("*.receipt.json")]
+        # B's issues all exist (a receipt names those made by then; when the service's
+        # visit took a new batch over before the inbox's own try, that is none yet) ...
+        assert wait_for(lambda: all(_opened(app, batch_id) for batch_id in bravo))
+        # ... while A is still stuck on both counts
+        assert service.delivery.pool.busy(done)
+        assert app.store.get_batch(done).delivery_attempts == 0  # its first try hangs on
+        rows = app.store.list_batches()
+        alpha = [r for r in rows if r["client_id"] == "alpha" and r["batch_id"] != done]
+        assert len(alpha) == 1 and alpha[0]["status"] == BatchStatus.RUNNING
     finally:
+        hanging.close()  # resets the waiting connection: A's delivery fails at once
         service.stop()
-        hanging.close()
-        thread.join(timeout=60)
+        thread.join(timeout=PATIENCE)
+    assert not thread.is_alive()
+
+
+def _opened(app: App, batch_id: str) -> bool:
+    """Every task of the batch has its issue."""
+    return all(task.issue_number for task in app.store.get_tasks(batch_id))
+
+
+def _retried(app: App, row: dict[str, Any]) -> bool:
+    """An alpha batch the forge has already refused (503) and that waits to be tried again."""
+    if row["client_id"] != "alpha" or row["status"] != BatchStatus.RUNNING:
+        return False
+    batch = app.store.get_batch(str(row["batch_id"]))
+    return batch.attempts >= 1 and "503" in (batch.last_error or "")

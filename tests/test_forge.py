@@ -46,7 +46,7 @@ def test_ensure_label_and_repo_are_idempotent(client: GiteaClient, forge: Sandbo
     listed = requests.get(
         f"{forge.url}/api/v1/repos/{repo}/labels",
         headers={"Authorization": f"token {forge.token}"},
-        timeout=5,
+        timeout=30,
     ).json()
     assert [lab["id"] for lab in listed if lab["name"] == "eval-task"] == [first]
 

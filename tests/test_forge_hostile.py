@@ -35,7 +35,7 @@ def _api(forge: SandboxForge, method: str, path: str, **kwargs: Any) -> Any:
     response = requests.request(
         method,
         f"{forge.url}/api/v1{path}",
-        timeout=10,
+        timeout=30,
         headers={"Authorization": f"token {forge.token}"},
         **kwargs,
     )
@@ -161,13 +161,13 @@ def test_item9_sandbox_deletes_labels_like_gitea(client: GiteaClient, forge: San
     number = client.create_issue(repo, "x", "b", [label]).number
     requests.delete(
         f"{forge.url}/api/v1/repos/{repo}/labels/{label}",
-        timeout=5,
+        timeout=30,
         headers={"Authorization": f"token {forge.token}"},
     ).raise_for_status()
     assert client.get_issue(repo, number).labels == []
     gone = requests.delete(
         f"{forge.url}/api/v1/repos/{repo}/labels/{label}",
-        timeout=5,
+        timeout=30,
         headers={"Authorization": f"token {forge.token}"},
     )
     assert gone.status_code == 404

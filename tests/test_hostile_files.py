@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_json, tasks, wait_for
+from conftest import PATIENCE, read_json, tasks, wait_for
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
@@ -43,12 +43,13 @@ def test_item1_a_reupload_during_intake_stays_in_the_inbox_and_becomes_its_own_b
     outcome: list[Any] = []
     worker = threading.Thread(target=lambda: outcome.append(app.inbox.process(path)))
     worker.start()
-    assert wait_for(lambda: len(forge.requests) >= 5, 10)  # issues are being created
+    assert wait_for(lambda: len(forge.requests) >= 5)  # issues are being created
     second = _batch("second", 1)
     part = path.with_name("nightly.json.part")
     part.write_bytes(second)
     os.rename(part, path)
-    worker.join(30)
+    worker.join(PATIENCE)
+    assert not worker.is_alive()
     forge.set_delay(0)
     accepted = path.parent / "accepted"
     receipt = read_json(accepted / "nightly.json.receipt.json")

@@ -31,7 +31,7 @@ def _port(receiver: Receiver) -> int:
 
 
 def _emitter(tmp_path: Path, policy: CallbackPolicy, **kwargs: Any) -> Emitter:
-    webhooks = WebhookEmitter(timeout=5, **kwargs)
+    webhooks = WebhookEmitter(timeout=30, **kwargs)
     return Emitter(FileEmitter(tmp_path / "outbox"), webhooks, policy)
 
 

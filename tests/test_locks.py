@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import PATIENCE
 
 from dropbox_eval.locks import SharedLock, Timeout
 
@@ -51,12 +52,12 @@ def test_a_waiting_thread_gets_the_lock_when_the_holder_releases(tmp_path: Path)
     def holder() -> None:
         with lock:
             holding.set()
-            release.wait(10)
+            release.wait(PATIENCE)
             order.append("holder done")
 
     first = threading.Thread(target=holder)
     first.start()
-    assert holding.wait(10)
+    assert holding.wait(PATIENCE)
 
     def waiter() -> None:
         with lock:
@@ -65,8 +66,8 @@ def test_a_waiting_thread_gets_the_lock_when_the_holder_releases(tmp_path: Path)
     second = threading.Thread(target=waiter)
     second.start()
     release.set()
-    second.join(10)
-    first.join(10)
+    second.join(PATIENCE)
+    first.join(PATIENCE)
     assert order == ["holder done", "waiter in"]
 
 
@@ -90,6 +91,6 @@ def test_another_process_holding_the_file_makes_a_bounded_wait_time_out(
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
-        proc.wait(timeout=30)
-    with SharedLock(path, timeout=5):  # free again once the other process let go
+        proc.wait(timeout=PATIENCE)
+    with SharedLock(path, timeout=PATIENCE):  # free again once the other process let go
         pass

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Receiver, tasks, wait_for
+from conftest import PATIENCE, Receiver, tasks, wait_for
 
 from dropbox_eval.app import App
 from dropbox_eval.fileio import write_atomically
@@ -63,7 +63,9 @@ def page(tmp_path: Path) -> Iterator[object]:
             headless=True,
             args=ARGS,
             viewport={"width": 430, "height": 1100},  # a phone's width
+            timeout=PATIENCE * 1000,
         )
+        context.set_default_timeout(PATIENCE * 1000)  # not 30 s: a loaded machine is slow
         try:
             yield context.new_page()
         finally:
@@ -76,6 +78,7 @@ def test_the_page_follows_progress_and_redelivers(
     from playwright.sync_api import Page, expect
 
     assert isinstance(page, Page)
+    expect.set_options(timeout=PATIENCE * 1000)  # each check polls up to this, not 5 s
     app.settings.operator_key = KEY
     running = app.intake.submit_batch(funded, tasks(2), batch_ref="nightly")["batch_id"]
     receiver.answers = [500] * 20  # the delivery fails: the report waits for a retry
@@ -104,7 +107,7 @@ def test_the_page_follows_progress_and_redelivers(
         forge.finish_issue(owner, name, first, comment="ok", labels=["eval-pass"])
         app.poller.poll_batches([running], full=True, probe=False)
         # no reload from the test: the page refreshes itself
-        expect(in_flight.locator(".done")).to_have_text("1/2", timeout=20_000)
+        expect(in_flight.locator(".done")).to_have_text("1/2")
 
         row = page.locator(f'#undelivered tr[data-batch="{ended}"]')
         expect(row).to_contain_text("500")
@@ -112,7 +115,7 @@ def test_the_page_follows_progress_and_redelivers(
         shutil.copyfile(tmp_path / "operator-page.png", "/tmp/operator-page.png")
         row.get_by_role("button", name="Re-deliver").click()
         expect(page.locator("#note")).to_contain_text(f"{ended}: delivered to {receiver.url}")
-        assert wait_for(lambda: len(receiver.received) == tried + 1, 5)
+        assert wait_for(lambda: len(receiver.received) == tried + 1)
         report = json.loads(receiver.received[-1][1])
         assert report["batch_id"] == ended and report["status"] == "completed"
         expect(page.locator(f'#undelivered tr[data-batch="{ended}"]')).to_have_count(0)

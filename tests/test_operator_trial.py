@@ -25,7 +25,7 @@ REPORT = {"batch_id": "b-1", "tasks": []}
 
 
 def _emitter(tmp_path: Path) -> Emitter:
-    webhooks = WebhookEmitter(timeout=5)
+    webhooks = WebhookEmitter(timeout=30)
     return Emitter(FileEmitter(tmp_path / "outbox"), webhooks, CallbackPolicy("127.0.0.1"))
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 import requests
-from conftest import tasks, wait_for
+from conftest import PATIENCE, tasks, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from dropbox_eval.app import App, build_app
@@ -63,14 +63,14 @@ def operator(app: App) -> Iterator[tuple[str, OperatorSessions]]:
 
 def _sign_in(url: str, **headers: str) -> tuple[requests.Session, requests.Response]:
     session = requests.Session()
-    answer = session.post(f"{url}/operator/login", data={"key": KEY}, headers=headers, timeout=5)
+    answer = session.post(f"{url}/operator/login", data={"key": KEY}, headers=headers, timeout=30)
     assert answer.status_code == 200 and "Service health" in answer.text
     return session, answer
 
 
 def _page_with(url: str, token: str) -> requests.Response:
     """The page as a browser holding only a copy of the cookie `token` sees it."""
-    return requests.get(f"{url}/operator", cookies={COOKIE: token}, timeout=5)
+    return requests.get(f"{url}/operator", cookies={COOKIE: token}, timeout=30)
 
 
 def _csrf(page: requests.Response) -> str:
@@ -104,7 +104,7 @@ def _archive_finished(
 
 
 def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = requests.get(f"{url}/metrics", timeout=10).text
+    text = requests.get(f"{url}/metrics", timeout=30).text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -193,8 +193,8 @@ def test_healthz_and_readyz(app: App, forge: SandboxForge) -> None:
     server = BackgroundServer(create_web(app, lambda: watched[0]))
     url = server.start()
     try:
-        assert requests.get(f"{url}/healthz", timeout=5).json() == {"ok": True}
-        ready = requests.get(f"{url}/readyz", timeout=10)
+        assert requests.get(f"{url}/healthz", timeout=30).json() == {"ok": True}
+        ready = requests.get(f"{url}/readyz", timeout=30)
         assert ready.status_code == 200
         assert ready.json()["checks"] == {
             "store": "ok",
@@ -218,26 +218,26 @@ def test_healthz_and_readyz(app: App, forge: SandboxForge) -> None:
 
 
 def test_the_page_needs_the_operator_key(app: App, funded: str, web: str) -> None:
-    page = requests.get(f"{web}/operator", timeout=5)
+    page = requests.get(f"{web}/operator", timeout=30)
     assert page.status_code == 401 and 'name="key"' in page.text
     assert funded not in page.text
-    wrong = requests.get(f"{web}/operator", params={"key": "nope"}, timeout=5)
+    wrong = requests.get(f"{web}/operator", params={"key": "nope"}, timeout=30)
     assert wrong.status_code == 401 and "not right" in wrong.text
     session = requests.Session()
-    signed = session.post(f"{web}/operator/login", data={"key": KEY}, timeout=5)
+    signed = session.post(f"{web}/operator/login", data={"key": KEY}, timeout=30)
     assert signed.status_code == 200 and signed.url.endswith("/operator")
     assert funded in signed.text and 'name="viewport"' in signed.text
     assert 'http-equiv="refresh"' in signed.text
     cookie = next(iter(session.cookies))
     assert cookie.has_nonstandard_attr("HttpOnly")
-    forged = requests.post(f"{web}/operator/batches/x/deliver", timeout=5)
+    forged = requests.post(f"{web}/operator/batches/x/deliver", timeout=30)
     assert forged.status_code == 401
 
 
 def test_the_page_is_off_without_a_key(app: App) -> None:
     with _served(app) as url:
         for key in ("", "anything"):
-            page = requests.get(f"{url}/operator", params={"key": key}, timeout=5)
+            page = requests.get(f"{url}/operator", params={"key": key}, timeout=30)
             assert page.status_code == 401 and "SAAS_EVAL_OPERATOR_KEY" in page.text
 
 
@@ -259,15 +259,15 @@ def test_run_with_http_port_serves_metrics_and_the_page(tmp_path: Path) -> None:
                 url = found.group(1)
                 break
         assert url, "the service never said where its page is"
-        assert wait_for(lambda: requests.get(f"{url}/readyz", timeout=5).ok, 10)
-        metrics = requests.get(f"{url}/metrics", timeout=5).text
+        assert wait_for(lambda: requests.get(f"{url}/readyz", timeout=30).ok)
+        metrics = requests.get(f"{url}/metrics", timeout=30).text
         assert "dropbox_eval_service_running 1.0" in metrics
-        page = requests.get(f"{url}/operator", params={"key": KEY}, timeout=5)
+        page = requests.get(f"{url}/operator", params={"key": KEY}, timeout=30)
         assert page.status_code == 200 and "Service health" in page.text
         assert f"pid {process.pid} since" in page.text
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        process.wait(timeout=PATIENCE)
     assert process.returncode == 0
 
 
@@ -312,7 +312,7 @@ def test_the_login_cookie_is_a_session_token_not_the_key(
     assert via_query.cookies[COOKIE] != token  # every login is its own session
     assert _page_with(url, KEY).status_code == 401  # a cookie holding the key is no session
     assert _page_with(url, token[:-1] + ("A" if token[-1] != "A" else "B")).status_code == 401
-    assert session.get(f"{url}/operator", timeout=5).status_code == 200
+    assert session.get(f"{url}/operator", timeout=30).status_code == 200
 
 
 def test_the_cookie_is_secure_when_the_request_came_over_https(
@@ -324,7 +324,7 @@ def test_the_cookie_is_secure_when_the_request_came_over_https(
         data={"key": KEY},
         headers={"X-Forwarded-Proto": "https"},
         allow_redirects=False,
-        timeout=5,
+        timeout=30,
     )
     assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
 
@@ -360,26 +360,26 @@ def test_sign_out_ends_the_session_and_forms_need_its_csrf_token(
     csrf = _csrf(answer)
     assert csrf != token and KEY not in csrf
     stale = "this form is out of date: reload the page and try again"
-    no_token = session.post(f"{url}/operator/batches/x/deliver", timeout=5)
+    no_token = session.post(f"{url}/operator/batches/x/deliver", timeout=30)
     assert no_token.status_code == 403 and stale in no_token.text  # signed in: not 401
-    wrong = session.post(f"{url}/operator/logout", data={"csrf": csrf[::-1]}, timeout=5)
+    wrong = session.post(f"{url}/operator/logout", data={"csrf": csrf[::-1]}, timeout=30)
     assert wrong.status_code == 403 and stale in wrong.text
-    stranger = requests.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=5)
+    stranger = requests.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=30)
     assert stranger.status_code == 401 and "sign in first" in stranger.text
     assert _page_with(url, token).status_code == 200  # a refused sign-out ends nothing
-    redeliver = session.post(f"{url}/operator/batches/x/deliver", data={"csrf": csrf}, timeout=5)
+    redeliver = session.post(f"{url}/operator/batches/x/deliver", data={"csrf": csrf}, timeout=30)
     assert redeliver.status_code == 200 and "x: not delivered" in redeliver.text
     assert redeliver.url == f"{url}/operator"  # the outcome is not carried in the URL
-    assert "x: not delivered" not in session.get(f"{url}/operator", timeout=5).text  # once
-    crafted = session.get(f"{url}/operator?note=Call+support+at+555", timeout=5)
+    assert "x: not delivered" not in session.get(f"{url}/operator", timeout=30).text  # once
+    crafted = session.get(f"{url}/operator?note=Call+support+at+555", timeout=30)
     assert crafted.status_code == 200 and "555" not in crafted.text  # links cannot add words
 
-    out = session.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=5)
+    out = session.post(f"{url}/operator/logout", data={"csrf": csrf}, timeout=30)
     assert out.status_code == 200 and "signed out" in out.text
     assert "Max-Age=0" in out.headers["set-cookie"] or "expires" in out.headers["set-cookie"]
     assert "samesite=strict" in out.headers["set-cookie"].lower()
     assert _page_with(url, token).status_code == 401  # a copy of the cookie is dead too
-    assert funded not in session.get(f"{url}/operator", timeout=5).text
+    assert funded not in session.get(f"{url}/operator", timeout=30).text
 
 
 def _watch_opens(event: str, args: tuple[Any, ...]) -> None:
@@ -430,7 +430,7 @@ def _scrape_without_history(app: App) -> dict[tuple[str, tuple[tuple[str, str], 
     with _served(build_app(app.settings)) as url:  # a new process's view: no caches
         session, _ = _sign_in(url)
         samples, opened = _opened_during(lambda: _samples(url))
-        page, page_opened = _opened_during(lambda: session.get(f"{url}/operator", timeout=5))
+        page, page_opened = _opened_during(lambda: session.get(f"{url}/operator", timeout=30))
     assert page.status_code == 200 and "Service health" in page.text
     opened += page_opened
     assert any(path.endswith("index.json") for path in opened)  # the hook does see reads

@@ -80,11 +80,11 @@ def test_every_api_error_is_a_problem_document_and_a_non_http_callback_is_refuse
     server = BackgroundServer(create_api(app), name="api")
     url = server.start()
     try:
-        unknown = requests.get(f"{url}/no/such/path", timeout=10)
+        unknown = requests.get(f"{url}/no/such/path", timeout=30)
         assert unknown.status_code == 404 and unknown.json()["ok"] is False
         headers = {"Authorization": f"Bearer {app.billing.new_api_key(funded)}"}
         body = {"callback_url": "ftp://example.com/hook", "tasks": tasks(1)}
-        answer = requests.post(f"{url}/api/eval/batches", json=body, headers=headers, timeout=10)
+        answer = requests.post(f"{url}/api/eval/batches", json=body, headers=headers, timeout=30)
         assert answer.status_code == 422 and answer.json()["reason"] == "callback_refused"
     finally:
         server.stop()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import requests
+from conftest import PATIENCE, wait_for
 
 from dropbox_eval.sandbox import ForgeState, RequestLogEntry, SandboxForge, SimulatedLane
 
@@ -35,10 +36,10 @@ class Api:
         return f"{self.base}/repos/{self.owner}/{self.repo}"
 
     def get(self, path: str, **params: Any) -> requests.Response:
-        return self.session.get(self.repo_url + path, params=params, timeout=5)
+        return self.session.get(self.repo_url + path, params=params, timeout=30)
 
     def post(self, path: str, body: Any) -> requests.Response:
-        return self.session.post(self.repo_url + path, json=body, timeout=5)
+        return self.session.post(self.repo_url + path, json=body, timeout=30)
 
     def label(self, name: str, color: str = "ff0000") -> int:
         response = self.post("/labels", {"name": name, "color": color})
@@ -71,7 +72,7 @@ def api(sandbox: SandboxForge) -> Iterator[Api]:
     sandbox.clear_requests()
     session = _session(sandbox.token)
     name = f"repo{next(_names)}"
-    created = session.post(f"{sandbox.url}/api/v1/user/repos", json={"name": name}, timeout=5)
+    created = session.post(f"{sandbox.url}/api/v1/user/repos", json={"name": name}, timeout=30)
     assert created.status_code == 201, created.text
     yield Api(sandbox, session, sandbox.user, name)
     sandbox.state.faults.clear()
@@ -93,19 +94,19 @@ def _iso(ts: float) -> str:
 # ----- auth, version, settings -------------------------------------------------------------
 def test_auth_401_without_or_with_wrong_token(sandbox: SandboxForge) -> None:
     base = f"{sandbox.url}/api/v1"
-    assert requests.get(f"{base}/version", timeout=5).json() == {"version": "1.22.0+sandbox"}
-    missing = requests.get(f"{base}/user", timeout=5)
+    assert requests.get(f"{base}/version", timeout=30).json() == {"version": "1.22.0+sandbox"}
+    missing = requests.get(f"{base}/user", timeout=30)
     assert missing.status_code == 401
     assert missing.json() == {"message": "token is required", "url": f"{sandbox.url}/api/swagger"}
-    wrong = requests.get(f"{base}/user", headers={"Authorization": "token nope"}, timeout=5)
+    wrong = requests.get(f"{base}/user", headers={"Authorization": "token nope"}, timeout=30)
     assert wrong.status_code == 401
     assert wrong.json()["message"].startswith("user does not exist")
     for scheme in ("token", "TOKEN", "Bearer", "bearer"):
         ok = requests.get(
-            f"{base}/user", headers={"Authorization": f"{scheme} {sandbox.token}"}, timeout=5
+            f"{base}/user", headers={"Authorization": f"{scheme} {sandbox.token}"}, timeout=30
         )
         assert ok.status_code == 200 and ok.json()["login"] == sandbox.user
-    settings = _session(sandbox.token).get(f"{base}/settings/api", timeout=5).json()
+    settings = _session(sandbox.token).get(f"{base}/settings/api", timeout=30).json()
     assert settings["max_response_items"] == 50 and settings["default_paging_num"] == 30
 
 
@@ -117,17 +118,17 @@ def test_port_zero_binds_a_real_port(sandbox: SandboxForge) -> None:
 # ----- repositories --------------------------------------------------------------------------
 def test_repo_create_201_409_422_and_org(api: Api) -> None:
     base = api.base
-    dup = api.session.post(f"{base}/user/repos", json={"name": api.repo}, timeout=5)
+    dup = api.session.post(f"{base}/user/repos", json={"name": api.repo}, timeout=30)
     assert dup.status_code == 409
     assert dup.json()["message"] == "The repository with the same name already exists."
-    bad = api.session.post(f"{base}/user/repos", json={"name": "bad name!"}, timeout=5)
+    bad = api.session.post(f"{base}/user/repos", json={"name": "bad name!"}, timeout=30)
     assert bad.status_code == 422
-    missing = api.session.post(f"{base}/user/repos", json={}, timeout=5)
+    missing = api.session.post(f"{base}/user/repos", json={}, timeout=30)
     assert missing.status_code == 422 and missing.json()["message"] == "[Name]: Required"
-    org = api.session.post(f"{base}/orgs/evalorg/repos", json={"name": api.repo}, timeout=5)
+    org = api.session.post(f"{base}/orgs/evalorg/repos", json={"name": api.repo}, timeout=30)
     assert org.status_code == 201 and org.json()["full_name"] == f"evalorg/{api.repo}"
     assert org.json()["owner"]["login"] == "evalorg" and org.json()["has_issues"] is True
-    nobody = api.session.post(f"{base}/orgs/noorg/repos", json={"name": "z"}, timeout=5)
+    nobody = api.session.post(f"{base}/orgs/noorg/repos", json={"name": "z"}, timeout=30)
     assert nobody.status_code == 404
     assert nobody.json() == {
         "errors": None,
@@ -135,8 +136,8 @@ def test_repo_create_201_409_422_and_org(api: Api) -> None:
         "url": f"{api.forge.url}/api/swagger",
     }
     assert api.get("").json()["name"] == api.repo
-    assert api.session.get(f"{base}/repos/eval/nope", timeout=5).status_code == 404
-    assert api.session.get(f"{base}/repos/eval/nope/issues", timeout=5).status_code == 404
+    assert api.session.get(f"{base}/repos/eval/nope", timeout=30).status_code == 404
+    assert api.session.get(f"{base}/repos/eval/nope/issues", timeout=30).status_code == 404
 
 
 # ----- labels -------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def test_labels_filter_is_and_and_unknown_names_are_ignored(api: Api) -> None:
 def test_state_filter_and_patch_returns_201(api: Api) -> None:
     first, second = api.issue("one"), api.issue("two")
     patched = api.session.patch(
-        f"{api.repo_url}/issues/{first}", json={"state": "closed", "title": "renamed"}, timeout=5
+        f"{api.repo_url}/issues/{first}", json={"state": "closed", "title": "renamed"}, timeout=30
     )
     assert patched.status_code == 201
     assert patched.json()["state"] == "closed" and patched.json()["closed_at"] is not None
@@ -225,10 +226,10 @@ def test_state_filter_and_patch_returns_201(api: Api) -> None:
     assert [i["number"] for i in api.get("/issues", state="closed").json()] == [first]
     assert len(api.get("/issues", state="all").json()) == 2
     assert api.get("/issues", type="pulls").json() == []
-    bad = api.session.patch(f"{api.repo_url}/issues/{first}", json={"state": "x"}, timeout=5)
+    bad = api.session.patch(f"{api.repo_url}/issues/{first}", json={"state": "x"}, timeout=30)
     assert bad.status_code == 412
     reopened = api.session.patch(
-        f"{api.repo_url}/issues/{first}", json={"state": "open"}, timeout=5
+        f"{api.repo_url}/issues/{first}", json={"state": "open"}, timeout=30
     )
     assert reopened.json()["state"] == "open" and reopened.json()["closed_at"] is None
 
@@ -253,7 +254,7 @@ def test_since_and_before_filter_updated_at(api: Api) -> None:
 def test_get_delete_issue_and_numbers_not_reused(api: Api) -> None:
     number = api.issue()
     assert api.get(f"/issues/{number}").json()["number"] == number
-    deleted = api.session.delete(f"{api.repo_url}/issues/{number}", timeout=5)
+    deleted = api.session.delete(f"{api.repo_url}/issues/{number}", timeout=30)
     assert deleted.status_code == 204
     assert api.get(f"/issues/{number}").status_code == 404
     assert api.get("/issues/abc").status_code == 404
@@ -320,7 +321,7 @@ def lane_forge() -> Iterator[SandboxForge]:
 def test_lane_closes_due_task_issues_with_verdict(lane_forge: SandboxForge) -> None:
     session = _session(lane_forge.token)
     api = Api(lane_forge, session, lane_forge.user, "lanerepo")
-    session.post(f"{api.base}/user/repos", json={"name": api.repo}, timeout=5)
+    session.post(f"{api.base}/user/repos", json={"name": api.repo}, timeout=30)
     task = api.label("eval-task")
     good = api.issue("Good", labels=[task])
     bad = api.issue("Bad", body="please lane:fail now", labels=[task])
@@ -349,10 +350,8 @@ def test_lane_waits_for_delay_and_thread_runs() -> None:
     lane = SimulatedLane(state, delay=0, interval=0.02)
     lane.start()
     try:
-        deadline = time.monotonic() + 3
-        while state.get_issue("eval", "r", 1)["state"] != "closed":
-            assert time.monotonic() < deadline, "lane thread never closed the issue"
-            time.sleep(0.02)
+        closed = wait_for(lambda: state.get_issue("eval", "r", 1)["state"] == "closed")
+        assert closed, "lane thread never closed the issue"
     finally:
         lane.stop()
 
@@ -360,7 +359,7 @@ def test_lane_waits_for_delay_and_thread_runs() -> None:
 # ----- faults and request log -----------------------------------------------------------------
 def test_fail_next_with_retry_after_has_no_side_effects(api: Api) -> None:
     api.forge.fail_next(2, 429, retry_after=7, path_contains="/issues")
-    assert api.session.get(f"{api.base}/user", timeout=5).status_code == 200  # not matching
+    assert api.session.get(f"{api.base}/user", timeout=30).status_code == 200  # not matching
     for _ in range(2):
         failed = api.post("/issues", {"title": "x"})
         assert failed.status_code == 429 and failed.headers["Retry-After"] == "7"
@@ -368,17 +367,19 @@ def test_fail_next_with_retry_after_has_no_side_effects(api: Api) -> None:
     assert api.forge.issues(api.owner, api.repo) == []
     assert api.issue() == 1
     control = requests.post(
-        f"{api.forge.url}/_sandbox/faults", json={"count": 1, "status": 502}, timeout=5
+        f"{api.forge.url}/_sandbox/faults", json={"count": 1, "status": 502}, timeout=30
     )
     assert control.status_code == 200
     assert api.get("").status_code == 502 and api.get("").status_code == 200
 
 
 def test_fail_for_and_delay(api: Api) -> None:
-    api.forge.fail_for(0.3)
-    assert api.get("").status_code == 503
-    time.sleep(0.35)
+    api.forge.fail_for(PATIENCE)  # an outage longer than any request could take to arrive
+    assert [api.get("").status_code for _ in range(2)] == [503, 503]
+    api.forge.state.faults.clear()
     assert api.get("").status_code == 200
+    api.forge.fail_for(0.3)  # a short one ends by itself
+    assert wait_for(lambda: api.get("").status_code == 200)
     api.forge.set_delay(0.2)
     started = time.monotonic()
     assert api.get("").status_code == 200
@@ -388,7 +389,7 @@ def test_fail_for_and_delay(api: Api) -> None:
 
 def test_request_log_records_every_api_request(api: Api) -> None:
     api.forge.clear_requests()
-    requests.get(f"{api.base}/user", timeout=5)
+    requests.get(f"{api.base}/user", timeout=30)
     api.post("/issues", {"title": "logged"})
     api.get("/issues", state="all")
     expected = [
@@ -397,13 +398,13 @@ def test_request_log_records_every_api_request(api: Api) -> None:
         RequestLogEntry("GET", f"/api/v1/repos/{api.owner}/{api.repo}/issues", 200, "state=all"),
     ]
     assert api.forge.requests == expected
-    over_http = requests.get(f"{api.forge.url}/_sandbox/requests", timeout=5).json()
+    over_http = requests.get(f"{api.forge.url}/_sandbox/requests", timeout=30).json()
     assert over_http[1] == {"method": "POST", "path": expected[1].path, "status": 201, "query": ""}
     assert len(api.forge.requests) == 3  # control routes are not logged
 
 
 def test_control_validation_errors_are_gitea_shaped(sandbox: SandboxForge) -> None:
-    response = requests.post(f"{sandbox.url}/_sandbox/delay", json={"seconds": "soon"}, timeout=5)
+    response = requests.post(f"{sandbox.url}/_sandbox/delay", json={"seconds": "soon"}, timeout=30)
     assert response.status_code == 422
     assert set(response.json()) == {"message", "url"}
 
@@ -412,7 +413,7 @@ def test_the_date_header_is_the_clock_at_answer_time_and_sent_once(forge: Sandbo
     # uvicorn's own Date is refreshed once per loop tick and lags under load; Gitea's is
     # taken per answer, and `since` and settling are measured against it
     before = time.time()
-    answer = requests.get(f"{forge.url}/api/v1/version", timeout=10)
+    answer = requests.get(f"{forge.url}/api/v1/version", timeout=30)
     after = time.time()
     raw = answer.raw.headers.getlist("Date")
     assert len(raw) == 1

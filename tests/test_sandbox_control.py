@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from conftest import wait_for
+from conftest import PATIENCE, wait_for
 from sandbox_client import Api, new_api
 
 from dropbox_eval.sandbox import SandboxForge
@@ -35,7 +35,7 @@ def test_fault_matched_by_method_leaves_listings_alone(api: Api) -> None:
 def test_fault_method_over_the_control_route(api: Api) -> None:
     added = requests.post(
         f"{api.forge.url}/_sandbox/faults",
-        timeout=5,
+        timeout=30,
         json={"count": 2, "status": 503, "path_contains": "/labels", "method": "GET"},
     )
     assert added.status_code == 200
@@ -52,16 +52,16 @@ def test_request_is_logged_when_it_starts(api: Api) -> None:
         'Content-Length: 1000\r\n\r\n{"title": '
     )
     host, port = api.forge.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as client:
+    with socket.create_connection((host, int(port)), timeout=PATIENCE) as client:
         client.sendall(head.encode())  # the body never completes: the handler is waiting
-        assert api.forge.wait_for_request("POST", "/issues", timeout=5)
+        assert api.forge.wait_for_request("POST", "/issues", timeout=PATIENCE)
         assert [(e.method, e.path) for e in api.forge.started_requests] == [("POST", path)]
         assert api.forge.requests == []  # started, not answered
         started = requests.get(
-            f"{api.forge.url}/_sandbox/requests", params={"phase": "started"}, timeout=5
+            f"{api.forge.url}/_sandbox/requests", params={"phase": "started"}, timeout=30
         ).json()
         assert started == [{"method": "POST", "path": path, "query": ""}]
-    assert wait_for(lambda: [e.status for e in api.forge.requests] == [499], timeout=5)
+    assert wait_for(lambda: [e.status for e in api.forge.requests] == [499])
     assert api.forge.issues(api.owner, api.repo) == []
 
 
@@ -69,6 +69,6 @@ def test_wait_for_request_times_out_and_counts(api: Api) -> None:
     assert not api.forge.wait_for_request("DELETE", "/issues", timeout=0.05)
     api.get("/issues")
     api.get("/issues")
-    assert api.forge.wait_for_request("get", "/issues", timeout=1, count=2)
+    assert api.forge.wait_for_request("get", "/issues", timeout=PATIENCE, count=2)
     api.forge.clear_requests()
     assert api.forge.started_requests == []

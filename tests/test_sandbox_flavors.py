@@ -73,7 +73,7 @@ def test_auth_scheme_case(
     flavor: str, scheme: str, status: int, request: pytest.FixtureRequest
 ) -> None:
     forge: SandboxForge = request.getfixturevalue(flavor)
-    response = session(forge.token, scheme).get(f"{forge.url}/api/v1/user", timeout=5)
+    response = session(forge.token, scheme).get(f"{forge.url}/api/v1/user", timeout=30)
     assert response.status_code == status
 
 
@@ -90,7 +90,7 @@ def test_auth_scheme_case(
 )
 def test_refused_repo_names(gitea: SandboxForge, name: str, message: str) -> None:
     response = session(gitea.token).post(
-        f"{gitea.url}/api/v1/user/repos", json={"name": name}, timeout=5
+        f"{gitea.url}/api/v1/user/repos", json={"name": name}, timeout=30
     )
     assert response.status_code == 422
     assert response.json()["message"].startswith(message)
@@ -100,26 +100,26 @@ def test_forgejo_repo_quota_413_and_gitea_has_none(gitea: SandboxForge) -> None:
     with SandboxForge(port=0, flavor="forgejo", repo_quota=2) as forgejo:
         made = session(forgejo.token)
         statuses = [
-            made.post(f"{forgejo.url}/api/v1/user/repos", json={"name": f"q{i}"}, timeout=5)
+            made.post(f"{forgejo.url}/api/v1/user/repos", json={"name": f"q{i}"}, timeout=30)
             for i in range(3)
         ]
         assert [r.status_code for r in statuses] == [201, 201, 413]
         assert statuses[-1].json()["message"] == "quota exceeded"
         assert statuses[-1].json()["username"] == forgejo.user
-        org = made.post(f"{forgejo.url}/api/v1/orgs/evalorg/repos", json={"name": "q"}, timeout=5)
+        org = made.post(f"{forgejo.url}/api/v1/orgs/evalorg/repos", json={"name": "q"}, timeout=30)
         assert org.status_code == 201  # the quota is per owner
     for i in range(3):
         plain = session(gitea.token).post(
-            f"{gitea.url}/api/v1/user/repos", json={"name": f"many{i}"}, timeout=5
+            f"{gitea.url}/api/v1/user/repos", json={"name": f"many{i}"}, timeout=30
         )
         assert plain.status_code == 201
 
 
 def test_versions_and_missing_issue_comments(gitea: SandboxForge, forgejo: SandboxForge) -> None:
-    assert requests.get(f"{gitea.url}/api/v1/version", timeout=5).json()["version"] == (
+    assert requests.get(f"{gitea.url}/api/v1/version", timeout=30).json()["version"] == (
         "1.22.0+sandbox"
     )
-    version = requests.get(f"{forgejo.url}/api/v1/version", timeout=5).json()["version"]
+    version = requests.get(f"{forgejo.url}/api/v1/version", timeout=30).json()["version"]
     assert "+gitea-1.22.0" in version
     assert new_api(gitea).get("/issues/999/comments").status_code == 500
     assert new_api(forgejo).get("/issues/999/comments").status_code == 404

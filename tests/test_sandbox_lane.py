@@ -132,35 +132,35 @@ def test_holds_and_releases_over_control_routes() -> None:
         one, two = new_api(forge), new_api(forge)
         keep, close = _task(one, "keep"), _task(one, "close")
         other = _task(two, "other repo")
-        assert requests.post(f"{control}/run", timeout=5).json() == {"actions": 0}
+        assert requests.post(f"{control}/run", timeout=30).json() == {"actions": 0}
         released = requests.post(
             f"{control}/release",
-            timeout=5,
+            timeout=30,
             json={"owner": one.owner, "repo": one.repo, "number": close},
         )
         assert released.status_code == 200
-        requests.post(f"{control}/release", json={"owner": two.owner, "repo": two.repo}, timeout=5)
-        assert requests.post(f"{control}/run", timeout=5).json() == {"actions": 2}
+        requests.post(f"{control}/release", json={"owner": two.owner, "repo": two.repo}, timeout=30)
+        assert requests.post(f"{control}/run", timeout=30).json() == {"actions": 2}
         states = {n: one.get(f"/issues/{n}").json()["state"] for n in (keep, close)}
         assert states == {keep: "open", close: "closed"}
         assert two.get(f"/issues/{other}").json()["state"] == "closed"
-        shown = requests.get(control, timeout=5).json()
+        shown = requests.get(control, timeout=30).json()
         assert shown["holds"]["all"] is True and len(shown["holds"]["rules"]) == 2
-        requests.post(f"{control}/hold", json={}, timeout=5)
-        requests.post(f"{control}/release", json={"owner": one.owner, "repo": one.repo}, timeout=5)
-        assert requests.post(f"{control}/run", timeout=5).json() == {"actions": 1}
+        requests.post(f"{control}/hold", json={}, timeout=30)
+        requests.post(f"{control}/release", json={"owner": one.owner, "repo": one.repo}, timeout=30)
+        assert requests.post(f"{control}/run", timeout=30).json() == {"actions": 1}
 
 
 def test_control_route_reconfigures_and_validates(pulls_forge: SandboxForge) -> None:
     control = f"{pulls_forge.url}/_sandbox/lane"
-    changed = requests.patch(control, json={"mode": "labels", "delay": 1.5}, timeout=5)
+    changed = requests.patch(control, json={"mode": "labels", "delay": 1.5}, timeout=30)
     assert changed.status_code == 200
     assert changed.json()["config"]["mode"] == "labels" and _lane(pulls_forge).delay == 1.5
     for bad in ({"mode": "yolo"}, {"merge_ratio": 2}, {"nope": 1}):
-        response = requests.patch(control, json=bad, timeout=5)
+        response = requests.patch(control, json=bad, timeout=30)
         assert response.status_code == 422 and response.json()["message"]
     with SandboxForge(port=0) as laneless:
-        assert requests.get(f"{laneless.url}/_sandbox/lane", timeout=5).status_code == 409
+        assert requests.get(f"{laneless.url}/_sandbox/lane", timeout=30).status_code == 409
 
 
 def test_labels_mode_still_closes_with_verdict_events_and_respects_holds() -> None:

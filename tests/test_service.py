@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_json, tasks, wait_for
+from conftest import PATIENCE, read_json, tasks, wait_for
 
 
 def _cli(
@@ -58,7 +58,7 @@ def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> 
         text=True,
     )
     try:
-        assert wait_for(lambda: (tmp_path / "state" / "service.json").exists(), 20)
+        assert wait_for(lambda: (tmp_path / "state" / "service.json").exists())
         time.sleep(0.5)  # the observer is running; the file below arrives as an event
         folder = tmp_path / "inbox" / "acme"
         folder.mkdir(parents=True)
@@ -66,14 +66,14 @@ def test_dropped_file_reaches_outbox_through_running_service(tmp_path: Path) -> 
         upload.write_text(json.dumps({"batch_ref": "r1", "tasks": tasks(2)}))
         upload.rename(folder / "run.json")
         outbox = tmp_path / "outbox"
-        assert wait_for(lambda: any(outbox.glob("*.json")), 30), service.stderr
+        assert wait_for(lambda: any(outbox.glob("*.json"))), service.stderr
         status = _cli(tmp_path, "status", "--json", env=env)
         assert json.loads(status.stdout)["running"] is True
         second = _cli(tmp_path, "run", "--sandbox", env=env)
         assert second.returncode == 5 and "another dropbox-eval run" in second.stderr
     finally:
         service.send_signal(signal.SIGTERM)
-        _, stderr = service.communicate(timeout=20)
+        _, stderr = service.communicate(timeout=PATIENCE)
     assert service.returncode == 0, stderr
     report = read_json(next((tmp_path / "outbox").glob("*.json")))
     assert report["batch_ref"] == "r1" and report["counts"]["passed"] == 2

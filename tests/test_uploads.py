@@ -17,6 +17,7 @@ clients are reproduced by the exact file-system calls they make:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_json, tasks, wait_for
+from conftest import PATIENCE, read_json, tasks, wait_for
 from watchdog.events import FileCreatedEvent, FileModifiedEvent, FileMovedEvent
 
 from dropbox_eval.app import App, build_app
@@ -68,13 +69,13 @@ def running(app: App, *, polling: bool = False) -> Iterator[Service]:
     thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
     thread.start()
     # the first poll cycle runs after the watcher started and the start-up rescan
-    assert wait_for(lambda: service.status.get("last_poll_at") is not None, 20)
+    assert wait_for(lambda: service.status.get("last_poll_at") is not None)
     try:
         yield service
         assert thread.is_alive(), "the service loop died"
     finally:
         service.stop()
-        thread.join(timeout=20)
+        thread.join(timeout=PATIENCE)
     assert not thread.is_alive()
 
 
@@ -218,10 +219,8 @@ def test_every_upload_pattern_is_accepted_exactly_once(
         for writer in writers:
             writer.join()
         paths = [inbox / "acme" / name for name in uploads]
-        assert wait_for(lambda: all(outcome(p) for p in paths), 20), {
-            p.name: outcome(p) for p in paths
-        }
-        assert wait_for(lambda: issue_posts(forge) == 3 * len(uploads), 60)  # then the issues
+        assert wait_for(lambda: all(outcome(p) for p in paths)), {p.name: outcome(p) for p in paths}
+        assert wait_for(lambda: issue_posts(forge) == 3 * len(uploads))  # then the issues
         time.sleep(1.0)  # nothing else may happen afterwards
         assert service.status.get("last_error") is None
     folder = inbox / "acme"
@@ -241,17 +240,14 @@ def test_200_files_dropped_at_once_are_each_accepted_exactly_once(
     app.billing.add_client("acme", 500)
     inbox = app.inbox.root
     with running(app) as service:
-        started = time.monotonic()
         for index in range(200):
             (inbox / f"drop-{index:03d}.json").write_bytes(batch(batch_ref=f"r{index}"))
         assert wait_for(lambda: len(filed(inbox, "accepted")) == 200, 90), len(
             filed(inbox, "accepted")
         )
-        elapsed = time.monotonic() - started
-        assert wait_for(lambda: issue_posts(forge) == 200, 90), issue_posts(forge)
+        assert wait_for(lambda: issue_posts(forge) == 200), issue_posts(forge)
         time.sleep(2 * QUIET)
         assert service.status.get("last_error") is None
-    print(f"200 files accepted in {elapsed:.1f}s")
     assert filed(inbox, "rejected") == []
     receipts = [read_json(p) for p in (inbox / "accepted").glob("*.receipt.json")]
     assert len(receipts) == 200 and not any(r.get("duplicate") for r in receipts)
@@ -271,7 +267,7 @@ def test_files_present_at_start_and_duplicates_through_the_service(
     (inbox / "acme").mkdir()
     (inbox / "acme" / "before-start.json").write_bytes(raw)
     with running(app):
-        assert wait_for(lambda: outcome(inbox / "acme" / "before-start.json"), 10)
+        assert wait_for(lambda: outcome(inbox / "acme" / "before-start.json"))
         first = read_json(inbox / "acme" / "accepted" / "before-start.json.receipt.json")
         drops = {
             "same-bytes.json": raw,  # the identical file again
@@ -315,7 +311,7 @@ def test_inbox_folder_replaced_while_running_is_watched_again(
         time.sleep(0.3)
         inbox.mkdir()
         (inbox / "after.json").write_bytes(batch())
-        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted", 10)
+        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted")
 
 
 # -- a rename into place is complete at once; everything else waits the quiet period ------
@@ -340,8 +336,9 @@ def test_a_rename_from_a_temporary_name_is_read_without_the_quiet_period(
 ) -> None:
     """`x.json.part` -> `x.json` (and rsync's hidden name, WinSCP's `.filepart` on a server
     that renames): a rename is atomic and an interrupted upload never renames, so the file
-    is complete at once. Quiet period 5 s; each is accepted well within 2 s."""
-    app = build_app(_settings(tmp_path / "home", forge, quiet_period=RENAME_QUIET))
+    is complete at once. The quiet period (and the rescan) is 10 minutes, the wait one: a
+    file accepted at all was read without the quiet period. (How soon: bench/latency.py.)"""
+    app = build_app(_settings(tmp_path / "home", forge, quiet_period=600.0))
     app.billing.add_client("acme", 100)
     inbox = app.inbox.root
     (inbox / "acme").mkdir()
@@ -351,23 +348,15 @@ def test_a_rename_from_a_temporary_name_is_read_without_the_quiet_period(
         inbox / "acme" / "winscp.json": "winscp.json.filepart",
         inbox / "top.json": "top.json.part",
     }
-    took: dict[str, float] = {}
     with running(app) as service:
         for final, temporary in temporaries.items():
             client = None if final.parent.name == "acme" else "acme"
             temp = final.with_name(temporary)
             sftp_in_place(temp, batch(client, 2, batch_ref=final.stem), chunks=3, seconds=0.3)
-            started = time.monotonic()
             os.rename(temp, final)
-            accepted = _accepted_times([final], 2.0)
-            assert final in accepted, f"{final.name} not accepted within 2 s"
-            took[final.name] = accepted[final] - started
-        assert wait_for(lambda: issue_posts(forge) == 2 * len(temporaries), 60)
+            assert wait_for(lambda path=final: outcome(path) == "accepted"), final.name
+        assert wait_for(lambda: issue_posts(forge) == 2 * len(temporaries))
         assert service.status.get("last_error") is None
-    print(
-        "renamed into place, accepted after: "
-        + ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in took.items())
-    )
     assert len(app.store.list_batches()) == len(temporaries)
     assert issue_posts(forge) == 2 * len(temporaries)
 
@@ -434,17 +423,20 @@ def test_files_not_renamed_into_place_wait_for_the_quiet_period(
     with running(app, polling=polling) as service:
         for path, upload in zip(paths, uploads.values(), strict=True):
             upload(path)
-        done = time.monotonic()
-        time.sleep(max(0.0, done + 1.0 - time.monotonic()))
-        assert {p.name: outcome(p) for p in paths} == dict.fromkeys(uploads), "read early"
-        assert all(p.exists() for p in paths)
-        accepted = _accepted_times(paths, RENAME_QUIET + 15)
+        time.sleep(1.0)  # room for a wrong early read
+        seen = {p: (outcome(p), p.exists()) for p in paths}
+        now = time.monotonic()  # after the look: what it saw had happened by now
+        # a loaded machine may have spent the quiet period on the uploads: only the files
+        # still inside theirs must be untouched (the check below covers the others)
+        young = [p for p in paths if now < appeared[p] + RENAME_QUIET]
+        assert {p.name: seen[p] for p in young} == {p.name: (None, True) for p in young}
+        accepted = _accepted_times(paths, RENAME_QUIET + PATIENCE)
         assert sorted(p.name for p in accepted) == sorted(uploads)
         assert service.status.get("last_error") is None
-    waited = {p.name: accepted[p] - appeared[p] for p in paths}
-    print("accepted after: " + ", ".join(f"{n} {s:.2f} s" for n, s in waited.items()))
-    for name, seconds in waited.items():
-        assert seconds >= RENAME_QUIET, (name, seconds)
+    # each was first seen accepted after its quiet period had run out (the observer's own
+    # moment of seeing the file is later than `appeared`, and load only delays a read)
+    for path in paths:
+        assert accepted[path] >= appeared[path] + RENAME_QUIET, path.name
     assert filed(folder, "rejected") == []
     assert len(app.store.list_batches()) == len(uploads)
 
@@ -595,14 +587,14 @@ def test_hostile_catalogue_is_rejected_and_the_service_stays_up(
         expected[inbox / "bad folder" / "x.json"] = ("invalid_batch", "client_id")
         expected[inbox / "link.json"] = ("symlink", None)
         accepted = [inbox / "bom.json", inbox / "SHOUTING.JSON"]
-        assert wait_for(lambda: all(outcome(p) for p in [*expected, *accepted]), 30), [
+        assert wait_for(lambda: all(outcome(p) for p in [*expected, *accepted])), [
             p.name for p in [*expected, *accepted] if not outcome(p)
         ]
 
         # ... and the service still takes the next good file
         (inbox / "after.json").write_bytes(batch(batch_ref="after"))
-        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted", 10)
-        assert wait_for(lambda: issue_posts(forge) == 3, 60)  # the accepted ones' issues
+        assert wait_for(lambda: outcome(inbox / "after.json") == "accepted")
+        assert wait_for(lambda: issue_posts(forge) == 3)  # the accepted ones' issues
         assert service.status.get("last_error") is None
 
     for path, (reason, field) in expected.items():
@@ -636,10 +628,24 @@ def test_fifo_is_skipped_without_blocking_and_never_opened_for_writing(
     os.mkfifo(fifo)
     tracker = ReadinessTracker(quiet_period=0)
     tracker.touch(fifo)
-    started = time.monotonic()
-    assert list(tracker.ready()) == []
-    outcome_ = app.inbox.process(fifo)
-    assert time.monotonic() - started < 1
+    answers: list[Any] = []
+
+    def look() -> None:
+        answers.append(list(tracker.ready()))
+        answers.append(app.inbox.process(fifo))
+
+    worker = threading.Thread(target=look, daemon=True)
+    worker.start()
+    worker.join(PATIENCE)  # opening a FIFO (to read or to write) waits for the other end
+    blocked = worker.is_alive()
+    if blocked:  # be the other end, so the thread ends
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+    assert not blocked, "the FIFO was opened"
+    assert answers[0] == []
+    outcome_ = answers[1]
     assert outcome_.status == "skipped" and outcome_.document["reason"] == "not_a_file"
     assert fifo.exists()
 
@@ -861,7 +867,7 @@ def test_unreadable_file_is_left_in_place_and_taken_once_readable(tmp_path: Path
             [*prefix, sys.executable, "-m", "dropbox_eval", "--home", str(tmp_path), *args],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=PATIENCE,
             env=env,
         )
 
