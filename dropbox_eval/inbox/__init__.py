@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .. import crashpoints
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
 from ..models import BatchFile, BatchStatus, is_valid_id, utcnow
+from ..printable import unprintable_reason
 from . import fsops
 from .filing import Skip, check_outcome_folder, file_away, shown
 from .parse import check_size, parse_batch
@@ -105,11 +106,9 @@ class Inbox:
     def _process_in(self, folder_fd: int, path: Path) -> Outcome:
         for outcome in OUTCOME_DIRS:  # checked before any intake, created only when needed
             check_outcome_folder(folder_fd, path, outcome)
-        if not _is_text(path.name):  # before anything is created: it could not be reported
-            error = BatchRejected(
-                "invalid_name",
-                "the file name is not valid UTF-8; rename the file and drop it again",
-            )
+        bad_name = _name_problem(path.name)
+        if bad_name is not None:  # before anything is created: it could not be reported
+            error = BatchRejected("invalid_name", f"{bad_name}; rename the file and drop it again")
             return self._reject(folder_fd, path, error, None, None)
         try:
             fd = self._open_file(folder_fd, path.name)
@@ -329,10 +328,11 @@ def _skipped(path: Path, skip: Skip) -> Outcome:
     return Outcome("skipped", None, {"reason": skip.reason, "message": skip.message})
 
 
-def _is_text(name: str) -> bool:
-    """Whether a file name decoded from the file system is valid UTF-8 (no escapes)."""
+def _name_problem(name: str) -> str | None:
+    """Why a file name decoded from the file system cannot be taken: not UTF-8, or holding
+    a control character (a newline would forge log lines); None when it can."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        return False
-    return True
+        return "the file name is not valid UTF-8"
+    return unprintable_reason(name)
