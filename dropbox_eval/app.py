@@ -101,7 +101,13 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     poller = Poller(store, gitea, settings, settler)
     lifecycle = Lifecycle(store, gitea, settings, poller, settler, schedule)
     intake = Intake(store, billing, gitea, settings, lifecycle)
-    inbox = Inbox(settings.inbox_path, intake, lifecycle, settings.max_file_bytes)
+    inbox = Inbox(
+        settings.inbox_path,
+        intake,
+        lifecycle,
+        settings.max_file_bytes,
+        stale_after=settings.stale_upload_seconds,
+    )
     inbox.on_reject = RejectionLog(settings.state_path).append
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
     nudges = Nudges()

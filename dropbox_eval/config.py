@@ -67,6 +67,7 @@ class Settings(BaseSettings):
     sftp_max_sessions: int = Field(default=4, ge=1)
     sftp_max_auth_failures: int = Field(default=10, ge=1)
     sftp_failure_window: float = Field(default=300.0, gt=0)
+    stale_upload_seconds: float = Field(default=86_400.0, gt=0)
 
     @field_validator("gitea_url")
     @classmethod

@@ -1,4 +1,4 @@
-"""Names from clients reach no log line raw (issue 19, item 5).
+"""Names from clients reach no log line raw (issue 19, item 5), and stale uploads go (item 4).
 
 The real command line in a subprocess (`dropbox-eval run --once --sandbox`), in both log
 formats, over a real inbox: a dropped file whose name carries a newline, a terminal escape
@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,31 @@ def test_names_with_control_characters_are_rejected_and_logged_escaped(
     shown = "evil\\n" + FORGED
     assert any(shown in message and "invalid_name" in message for message in messages)
     assert any("\\u202e" in message for message in messages)
+
+
+def test_run_once_sweeps_stale_uploads_and_keeps_fresh_ones(tmp_path: Path) -> None:
+    folder = tmp_path / "inbox" / "acme"
+    folder.mkdir(parents=True)
+    stale = [folder / "old.json.part", folder / ".old.json.Xy12Ab", tmp_path / "inbox" / "x.tmp"]
+    for path in stale:
+        path.write_text("{")
+    time.sleep(2.5)
+    fresh = folder / "new.json.part"
+    fresh.write_text("{")
+    stop = threading.Event()
+
+    def keep_touching() -> None:  # `put -p` style: an old mtime, but the file keeps changing
+        while not stop.wait(0.2):
+            os.utime(fresh, (0, 0))
+
+    toucher = threading.Thread(target=keep_touching)
+    toucher.start()
+    try:
+        done = run_once(tmp_path, "text", SAAS_EVAL_STALE_UPLOAD_SECONDS="2")
+    finally:
+        stop.set()
+        toucher.join()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not any(path.exists() for path in stale) and fresh.exists()
+    for shown in ("acme/old.json.part", "acme/.old.json.Xy12Ab", "x.tmp"):
+        assert f"inbox: removed {shown}: a temporary upload never renamed" in done.stderr

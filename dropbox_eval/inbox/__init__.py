@@ -35,6 +35,7 @@ from .filing import Skip, check_outcome_folder, file_away, shown
 from .parse import check_size, parse_batch
 from .readiness import ReadinessTracker, signature
 from .scan import OUTCOME_DIRS, candidates, is_candidate_name
+from .sweep import StaleUploads
 
 if TYPE_CHECKING:  # the stages import the parser from this package
     from ..intake import Intake
@@ -60,10 +61,18 @@ class Inbox:
     """Turns ready files into batches via the intake, and files them away."""
 
     def __init__(
-        self, root: Path, intake: Intake, lifecycle: Lifecycle, max_file_bytes: int
+        self,
+        root: Path,
+        intake: Intake,
+        lifecycle: Lifecycle,
+        max_file_bytes: int,
+        *,
+        stale_after: float,
     ) -> None:
+        """`stale_after`: seconds after which an upload never renamed into place goes."""
         root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
+        self.stale_uploads = StaleUploads(self.root, stale_after)
         self.intake = intake
         self.lifecycle = lifecycle
         self.store = intake.store
@@ -72,7 +81,9 @@ class Inbox:
         self.on_reject: Callable[[dict[str, Any], str | None], None] | None = None
 
     def scan(self) -> list[Path]:
-        """Every candidate file present now (start-up and periodic rescans)."""
+        """Every candidate file present now (start-up and periodic rescans); stale uploads
+        are swept on the way, at most every few minutes (sweep.py)."""
+        self.stale_uploads.sweep_if_due()
         return candidates(self.root)
 
     def client_folder(self, path: Path) -> str | None:
