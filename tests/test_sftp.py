@@ -11,25 +11,28 @@ never locks out another.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import paramiko
 import pytest
-from conftest import read_json, settings_on, tasks, wait_for
+from conftest import read_json, tasks, wait_for
+from sftp_stack import (
+    Stack,
+    can_log_in,
+    close,
+    keygen,
+    paramiko_client,
+    running_stack,
+    sftp,
+    ssh_options,
+    transport_to,
+)
 
-from dropbox_eval.app import App, build_app
-from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 from dropbox_eval.sftp import sftp_status
 from dropbox_eval.sftp.keys import KeyStore
 
@@ -38,160 +41,20 @@ MAX_FAILURES = 3
 MAX_SESSIONS = 2
 
 
-@dataclass
-class Stack:
-    """The running endpoint and service, the client keys and where things are."""
-
-    home: Path
-    port: int
-    app: App
-    keys: dict[str, Path]
-    known_hosts: Path
-    log: Path
-
-    def folder(self, client: str) -> Path:
-        return self.home / "inbox" / client
-
-    def log_text(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-
-def _keygen(path: Path) -> Path:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path)],
-        check=True,
-        capture_output=True,
-    )
-    return path
-
-
-def _start_endpoint(home: Path, log: Path) -> tuple[subprocess.Popen[str], int]:
-    env = {
-        **os.environ,
-        "SAAS_EVAL_HOME": str(home),
-        "SAAS_EVAL_MAX_FILE_BYTES": str(MAX_BYTES),
-        "SAAS_EVAL_SFTP_MAX_SESSIONS": str(MAX_SESSIONS),
-        "SAAS_EVAL_SFTP_MAX_AUTH_FAILURES": str(MAX_FAILURES),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dropbox_eval", "sftp", "--host", "127.0.0.1", "--port", "0"],
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-    )
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
-    assert first.startswith("sftp endpoint listening on 127.0.0.1:"), first
-    assert proc.stdout.readline().startswith("host key fingerprint: SHA256:")
-    return proc, int(first.rsplit(":", 1)[1])
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    home = tmp_path_factory.mktemp("sftp-home")
-    with SandboxForge(port=0) as forge:
-        settings = settings_on(
-            forge,
-            home,
-            quiet_period=600.0,
-            rescan_interval=600.0,
-            poll_interval=600.0,
-            task_price=0,
-            max_file_bytes=MAX_BYTES,
-        )
-        app = build_app(settings)
-        keys = {name: _keygen(home / f"key-{name}") for name in ("acme", "other", "stranger")}
-        for client in ("acme", "other"):
-            app.billing.add_client(client, 0)
-            KeyStore(settings.state_path).add(client, keys[client].with_suffix(".pub").read_text())
-        service = Service(app)
-        thread = threading.Thread(target=service.run, daemon=True)
-        thread.start()
-        assert wait_for(lambda: service.status.get("last_poll_at") is not None, 20)
-        log = home / "sftp.log"
-        proc, port = _start_endpoint(home, log)
-        host_key = (home / "state" / "sftp" / "ssh_host_ed25519_key.pub").read_text().split()
-        known_hosts = home / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
-        try:
-            yield Stack(home, port, app, keys, known_hosts, log)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=20)
-            service.stop()
-            thread.join(timeout=20)
-
-
-# -- clients --------------------------------------------------------------------------------
-
-
-def ssh_options(stack: Stack, key: str, bind: str = "127.0.0.1") -> list[str]:
-    """OpenSSH options: only this key, the pinned host key, no prompts, a source address."""
-    return [
-        "-F",
-        "/dev/null",
-        "-o",
-        "StrictHostKeyChecking=yes",
-        "-o",
-        f"UserKnownHostsFile={stack.known_hosts}",
-        "-o",
-        "IdentitiesOnly=yes",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        f"BindAddress={bind}",
-        "-i",
-        str(stack.keys[key]),
-        "-P",
-        str(stack.port),
-    ]
-
-
-def sftp(
-    stack: Stack,
-    commands: str,
-    *,
-    user: str = "acme",
-    key: str = "acme",
-    bind: str = "127.0.0.1",
-    cwd: Path | None = None,
-    extra: tuple[str, ...] = (),
-) -> subprocess.CompletedProcess[str]:
-    """`sftp -b -` with these batch commands (the batch stops at the first failure)."""
-    return subprocess.run(
-        ["sftp", *ssh_options(stack, key, bind), *extra, "-b", "-", f"{user}@127.0.0.1"],
-        input=commands,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        cwd=cwd,
-    )
-
-
-def paramiko_client(
-    stack: Stack, user: str = "acme", key: str = "acme", bind: str = "127.0.0.1"
-) -> paramiko.SFTPClient:
-    """An authenticated paramiko SFTP session (its transport is `client.get_channel()...`)."""
-    transport = _transport(stack, bind)
-    transport.auth_publickey(user, paramiko.Ed25519Key.from_private_key_file(str(stack.keys[key])))
-    client = transport.open_sftp_client()
-    assert client is not None
-    return client
-
-
-def _close(client: paramiko.SFTPClient) -> None:
-    """Close the SFTP session and its SSH connection (SFTPClient.close keeps the latter)."""
-    transport = client.get_channel().get_transport()  # type: ignore[union-attr]
-    client.close()
-    transport.close()
-
-
-def _transport(stack: Stack, bind: str) -> paramiko.Transport:
-    sock = socket.create_connection(("127.0.0.1", stack.port), timeout=10, source_address=(bind, 0))
-    transport = paramiko.Transport(sock)
-    transport.start_client(timeout=10)
-    return transport
+    with running_stack(
+        tmp_path_factory.mktemp("sftp-home"),
+        ("acme", "other"),
+        quiet_period=600.0,
+        rescan_interval=600.0,
+        poll_interval=600.0,
+        task_price=0,
+        max_file_bytes=MAX_BYTES,
+        sftp_max_sessions=MAX_SESSIONS,
+        sftp_max_auth_failures=MAX_FAILURES,
+    ) as running:
+        yield running
 
 
 def batch_json(name: str, count: int = 1) -> bytes:
@@ -237,7 +100,7 @@ def test_put_wait_and_get_receipt_in_one_session(stack: Stack, tmp_path: Path) -
         assert wait_for(present, 20), "no receipt although the quiet period is 600 s"
         client.get("accepted/one.json.receipt.json", str(tmp_path / "r.json"))
     finally:
-        _close(client)
+        close(client)
     got = read_json(tmp_path / "r.json")
     assert got["ok"] is True and got["file"] == "one.json"
     record = stack.app.store.get_batch(got["batch_id"])
@@ -274,7 +137,7 @@ def test_winscp_filepart_then_rename_gives_one_batch(stack: Stack) -> None:
         assert (stack.folder("acme") / "win.json.filepart").exists()  # not a candidate
         client.rename("win.json.filepart", "win.json")  # SSH_FXP_RENAME, as WinSCP sends
     finally:
-        _close(client)
+        close(client)
     assert wait_for(lambda: receipt(stack, "win.json") is not None, 20)
     rejected = stack.folder("acme") / "rejected"
     assert not rejected.exists() or not any(p.name.startswith("win") for p in rejected.iterdir())
@@ -312,7 +175,7 @@ def test_killed_client_mid_upload_leaves_no_batch(stack: Stack, tmp_path: Path) 
         if end == "eof":
             client.get_channel().shutdown_write()  # type: ignore[union-attr]
             assert wait_for(lambda: leftovers(stack) == [], 20), leftovers(stack)
-        _close(client)
+        close(client)
     assert wait_for(lambda: leftovers(stack) == [], 20), leftovers(stack)
     assert wait_for(lambda: stack.log_text().count("outcome=dropped") >= 3, 10)
     names = ("slow.json", "lost.json", "eof.json")
@@ -342,7 +205,7 @@ def test_file_over_the_limit_fails_during_the_upload(stack: Stack, tmp_path: Pat
         with pytest.raises(OSError, match="too large"), client.open("big2.json", "wb") as handle:
             handle.write(b" " * (MAX_BYTES + 1))
     finally:
-        _close(client)
+        close(client)
     assert leftovers(stack) == [] and not (stack.folder("acme") / "big2.json").exists()
 
 
@@ -378,7 +241,7 @@ def test_put_replaces_a_pending_file_and_resumes_are_refused(stack: Stack, tmp_p
             handle.seek(100)
             handle.write(b"{}")
     finally:
-        _close(client)
+        close(client)
     assert (folder / "resume.json.part").read_bytes() == b"x" * 10
     assert not (folder / "hole.json").exists() and leftovers(stack) == []
     (folder / "resume.json.part").unlink()
@@ -471,7 +334,7 @@ def test_wrong_key_wrong_user_and_passwords_are_refused(stack: Stack, tmp_path: 
     unknown = sftp(stack, "ls\n", user="../acme", key="acme", bind="127.0.0.4")
     assert unknown.returncode == 255
     for attempt in ("password", "keyboard-interactive"):
-        transport = _transport(stack, "127.0.0.5")
+        transport = transport_to(stack, "127.0.0.5")
         try:
             with pytest.raises(paramiko.BadAuthenticationType) as refused:
                 if attempt == "password":
@@ -507,8 +370,10 @@ def test_repeated_failures_from_one_address_are_refused_early(stack: Stack) -> N
     assert wait_for(lambda: stack.log_text().count("failed login from 127.0.0.6") == 3, 10)
     refused = sftp(stack, "ls\n", key="acme", bind="127.0.0.6")  # even the right key
     assert refused.returncode == 255 and "too many failed logins" in refused.stderr
-    assert "refused 127.0.0.6" in stack.log_text()
+    assert "refused 127.0.0.6 as 'acme'" in stack.log_text()
     assert sftp(stack, "ls\n", key="acme", bind="127.0.0.7").returncode == 0  # others are fine
+    # and so is another client behind the same address (issue 19: a shared NAT)
+    assert sftp(stack, "ls\n", user="other", key="other", bind="127.0.0.6").returncode == 0
 
 
 def test_no_shell_exec_forwarding_or_legacy_scp(stack: Stack, tmp_path: Path) -> None:
@@ -526,7 +391,7 @@ def test_no_shell_exec_forwarding_or_legacy_scp(stack: Stack, tmp_path: Path) ->
         with pytest.raises(paramiko.ChannelException):
             transport.open_channel("direct-tcpip", ("127.0.0.1", stack.port), ("127.0.0.1", 0))
     finally:
-        _close(client)
+        close(client)
     (tmp_path / "legacy.json").write_text("{}")
     legacy = subprocess.run(
         [
@@ -551,17 +416,8 @@ def test_sessions_per_client_are_limited(stack: Stack) -> None:
         assert wait_for(lambda: "already 2 sessions (limit 2" in stack.log_text(), 10)
     finally:
         for session in open_sessions:
-            _close(session)
-    assert wait_for(lambda: _can_log_in(stack), 10)
-
-
-def _can_log_in(stack: Stack) -> bool:
-    try:
-        client = paramiko_client(stack, bind="127.0.0.21")
-    except (paramiko.SSHException, EOFError):
-        return False
-    _close(client)
-    return True
+            close(session)
+    assert wait_for(lambda: can_log_in(stack, bind="127.0.0.21"), 10)
 
 
 # -- operator commands ------------------------------------------------------------------------
@@ -578,7 +434,7 @@ def _cli(home: Path, *args: str, stdin: str | None = None) -> subprocess.Complet
 
 
 def test_key_commands_and_status(stack: Stack, tmp_path: Path) -> None:
-    key = _keygen(tmp_path / "laptop")
+    key = keygen(tmp_path / "laptop")
     public = str(key.with_suffix(".pub"))
     assert _cli(stack.home, "clients", "add-key", "nobody", public).returncode == 3
     assert _cli(stack.home, "clients", "add-key", "acme", str(key)).returncode == 2  # private
