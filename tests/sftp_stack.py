@@ -37,6 +37,7 @@ class Stack:
     home: Path
     port: int
     app: App
+    forge: SandboxForge
     keys: dict[str, Path]
     known_hosts: Path
     log: Path
@@ -114,7 +115,7 @@ def running_stack(
         known_hosts = home / "known_hosts"
         known_hosts.write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
         try:
-            yield Stack(home, port, app, keys, known_hosts, log, proc.pid)
+            yield Stack(home, port, app, forge, keys, known_hosts, log, proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=20)

@@ -14,7 +14,8 @@ What a client may do:
   atomic rename and reads the file at once; an upload whose session ends before the close
   is removed;
 - rename or remove such names in its folder (WinSCP's `.filepart` then rename);
-- list and read `accepted/` and `rejected/` (receipts and error files), never write there.
+- list and read `accepted/` and `rejected/` (receipts and error files), never write there;
+- list and read its own reports in `reports/` and `reports/undelivered/` (reports.py).
 
 Open files are capped per session and per client, and uploads by the client's storage
 quota (bounds.py).
@@ -55,6 +56,8 @@ from .paths import (
     visible,
     writable_name,
 )
+from .reports import FOLDERS as REPORT_FOLDERS
+from .reports import ReportsView
 
 FileReport = Callable[[str, int, str, str | None], None]
 """Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
@@ -78,12 +81,14 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         report: FileReport,
         *,
         bounds: SessionBounds,
+        reports: ReportsView,
     ) -> None:
         """`folder` is `inbox/<client_id>` (created if missing, never through a symlink)."""
         super().__init__(chan)
         self._max_bytes = max_bytes
         self._report = report
         self._bounds = bounds
+        self._reports = reports
         self._root = open_client_folder(folder)
 
     # -- paths --------------------------------------------------------------------------
@@ -100,6 +105,8 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         """A new descriptor of the folder a path names (the caller closes it)."""
         if folder is None:
             return os.dup(self._root)
+        if folder in REPORT_FOLDERS:
+            return self._reports.folder_fd(folder)
         try:
             return os.open(folder, DIR_FLAGS, dir_fd=self._root)
         except OSError:
@@ -108,6 +115,8 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
     def _find(self, folder_fd: int, target: Target) -> os.stat_result | None:
         """The attributes of a visible file of an open folder; None for anything else."""
         assert target.name is not None
+        if target.folder in REPORT_FOLDERS:
+            return self._reports.find(folder_fd, target.name)
         info = stat_at(folder_fd, target.name)
         return info if info is not None and visible(info, target) else None
 
@@ -116,6 +125,8 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
     def lstat(self, path: bytes) -> os.stat_result:
         """Attributes of a visible entry; anything else does not exist."""
         target = parse_path(path)
+        if target.name is None and target.folder in REPORT_FOLDERS:
+            return os.fstat(self._root)  # the view's folders exist even before a report
         fd = self._folder_fd(target.folder)
         try:
             info = os.fstat(fd) if target.name is None else self._find(fd, target)
@@ -139,6 +150,11 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
             yield SFTPName(name.encode("utf-8"), attrs=SFTPAttrs.from_local(info))
 
     def _entries(self, folder: str | None) -> list[tuple[str, os.stat_result]]:
+        if folder in REPORT_FOLDERS:
+            found = self._reports.entries(folder)
+            if folder == REPORT_FOLDERS[0]:
+                found.insert(0, (REPORT_FOLDERS[1].rpartition("/")[2], os.fstat(self._root)))
+            return found
         fd = self._folder_fd(folder)
         try:
             found = []
@@ -148,6 +164,8 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
                     found.append((name, info))
         finally:
             os.close(fd)
+        if folder is None:
+            found.append((REPORT_FOLDERS[0], os.fstat(self._root)))
         return found
 
     def statvfs(self, path: bytes) -> os.statvfs_result:
@@ -158,7 +176,7 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
     # -- files ----------------------------------------------------------------------------
 
     def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> upload.Upload | Download:
-        """Start an upload, or open a receipt or error file for reading; either
+        """Start an upload, or open a receipt, error file or report for reading; either
         takes one of the session's and the client's open-file slots (bounds.py)."""
         target = parse_path(path)
         try:
@@ -180,7 +198,9 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
 
     def _open_readable(self, target: Target) -> int:
         if target.folder is None or target.name is None:
-            raise SFTPPermissionDenied("only files in accepted/ and rejected/ can be read")
+            raise SFTPPermissionDenied(
+                "only files in accepted/, rejected/ and reports/ can be read"
+            )
         folder = self._folder_fd(target.folder)
         try:
             if self._find(folder, target) is None:
@@ -210,7 +230,7 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
     def write(self, file_obj: object, offset: int, data: bytes) -> int:
         """Write to an upload; past SAAS_EVAL_MAX_FILE_BYTES the upload fails and is removed."""
         if not isinstance(file_obj, upload.Upload):
-            raise SFTPPermissionDenied("accepted/ and rejected/ are read-only")
+            raise SFTPPermissionDenied("accepted/, rejected/ and reports/ are read-only")
         return upload.write(self._root, file_obj, offset, data, self._max_bytes)
 
     def close(self, file_obj: object) -> None:

@@ -1,7 +1,8 @@
 """The jail's path policy: the fixed shape of a client's SFTP view and its folder descriptor.
 
-A client sees its own folder as `/`, with `accepted/` and `rejected/` below it and nothing
-deeper. Paths are never joined onto the disk: they are checked against that shape,
+A client sees its own folder as `/`, with `accepted/` and `rejected/` below it, and the
+read-only view of its reports, `reports/` and `reports/undelivered/` (reports.py), and
+nothing else. Paths are never joined onto the disk: they are checked against that shape,
 and the file-system calls are made relative to directory descriptors opened with
 O_NOFOLLOW. A name with a control character (a newline, an escape) is refused outright.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from asyncssh import SFTPInvalidFilename, SFTPNoSuchFile, SFTPPermissionDenied
 
-from ..names import OUTCOME_DIRS, TEMP_SUFFIXES
+from ..names import OUTCOME_DIRS, REPORTS_DIR, TEMP_SUFFIXES, UNDELIVERED_DIR
 from ..printable import unprintable_reason
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -26,8 +27,8 @@ UPLOAD_PREFIX = ".sftp-"
 
 @dataclass(frozen=True)
 class Target:
-    """A checked client path: `folder` None is the client folder, else `accepted` or
-    `rejected`; `name` None is the folder itself."""
+    """A checked client path: `folder` None is the client folder, else `accepted`,
+    `rejected`, `reports` or `reports/undelivered`; `name` None is the folder itself."""
 
     folder: str | None
     name: str | None
@@ -52,13 +53,19 @@ def parse_path(raw: bytes) -> Target:
         bad = unprintable_reason(part)
         if bad is not None:
             raise SFTPInvalidFilename(bad)
+    if parts[:2] == [REPORTS_DIR, UNDELIVERED_DIR]:
+        parts = [f"{REPORTS_DIR}/{UNDELIVERED_DIR}", *parts[2:]]
     if not parts:
         return Target(None, None)
+    folders = (*OUTCOME_DIRS, REPORTS_DIR, f"{REPORTS_DIR}/{UNDELIVERED_DIR}")
     if len(parts) == 1:
-        return Target(parts[0], None) if parts[0] in OUTCOME_DIRS else Target(None, parts[0])
-    if len(parts) == 2 and parts[0] in OUTCOME_DIRS:
+        return Target(parts[0], None) if parts[0] in folders else Target(None, parts[0])
+    if len(parts) == 2 and parts[0] in folders:
         return Target(parts[0], parts[1])
-    raise SFTPNoSuchFile("no such file: only your folder, accepted/ and rejected/ exist")
+    raise SFTPNoSuchFile(
+        "no such file: only your folder, accepted/, rejected/, reports/ and "
+        "reports/undelivered/ exist"
+    )
 
 
 class FixedShape:
@@ -121,7 +128,8 @@ def stat_at(folder_fd: int, name: str) -> os.stat_result | None:
 
 
 def visible(info: os.stat_result, target: Target) -> bool:
-    """Regular files, plus the two outcome folders at the top; never links or devices."""
+    """Regular files, plus the two outcome folders at the top; never links or devices (the
+    reports view is not on disk here: reports.py shows it)."""
     if stat.S_ISREG(info.st_mode):
         return True
     return target.folder is None and target.name in OUTCOME_DIRS and stat.S_ISDIR(info.st_mode)

@@ -39,6 +39,7 @@ from .gate import Gate
 from .keys import KeyStore
 from .paths import sweep_uploads
 from .ratelimit import FailureLimiter, SessionCounter
+from .reports import Owners, ReportsView
 from .status import endpoint_lock, load_or_create_host_key, write_status
 
 log = logging.getLogger("dropbox_eval")
@@ -62,6 +63,7 @@ class Endpoint:
             settings.sftp_max_client_open_files,
             settings.client_quota_bytes,
         )
+        self.owners = Owners(settings.state_path)
         self.files = FileLog(settings.inbox_path)
         self.host_key = load_or_create_host_key(settings.state_path)
         self.fingerprint: str = self.host_key.get_fingerprint("sha256")
@@ -102,6 +104,7 @@ class Endpoint:
                 self.settings.max_file_bytes,
                 report,
                 bounds=self.bounds.session(session.client_id),
+                reports=ReportsView(self.settings.outbox_path, session.client_id, self.owners),
             )
         except OSError as exc:  # asyncssh then drops the connection: nothing was opened
             log.warning(
