@@ -23,7 +23,8 @@ _KEY_RE = re.compile(r"([?&]key=)[^&\s]*")
 
 
 class RedactKey(logging.Filter):
-    """Keeps the operator key of `/operator?key=...` out of the access log."""
+    """Keeps an operator key out of the access log: the page no longer reads `?key=`, but
+    an old bookmark still sends it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Rewrite the arguments of the record; never drops it."""
