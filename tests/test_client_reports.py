@@ -9,8 +9,6 @@ nothing of the other's by any path; the HTTP API answers the same bytes.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from conftest import Receiver, start_receiver, tasks, wait_for
 from sftp_stack import Stack, close, paramiko_client, running_stack, sftp
 
 from dropbox_eval.api import create_api
+from dropbox_eval.sftp import sftp_status
 from dropbox_eval.webserver import BackgroundServer
 
 
@@ -222,10 +221,8 @@ def test_lftp_fetches_a_report(world: World, tmp_path: Path) -> None:
 
 def test_curl_fetches_a_report_over_sftp(world: World, tmp_path: Path) -> None:
     stack, mine = world.stack, world.batches["acme"]
-    host_key = (stack.home / "state" / "sftp" / "ssh_host_ed25519_key.pub").read_text()
-    pinned = base64.b64encode(
-        hashlib.sha256(base64.b64decode(host_key.split()[1])).digest()
-    ).decode()
+    # the fingerprint the endpoint printed at start, as given to clients, without `SHA256:`
+    pinned = str(sftp_status(stack.home / "state")["host_key"]).removeprefix("SHA256:")
     base = ["curl", "--silent", "--show-error", "--user", "acme:"]
     base += ["--key", str(stack.keys["acme"]), "--pubkey", f"{stack.keys['acme']}.pub"]
     base += ["--hostpubsha256", pinned]
