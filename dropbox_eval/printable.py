@@ -11,15 +11,18 @@ through it; `unprintable_reason` is the rule for refusing such a name at the doo
 from __future__ import annotations
 
 import re
-import unicodedata
 
-_BIDI_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+UNSAFE_RANGES = (
+    (0x00, 0x1F),  # C0 controls: newline, tab, ESC ...
+    (0x7F, 0x9F),  # DEL and the C1 controls (0x9B is a one-byte CSI)
+    (0x061C, 0x061C),  # Arabic letter mark
+    (0x200E, 0x200F),  # left-to-right and right-to-left marks
+    (0x2028, 0x202E),  # line and paragraph separators, bidi embeddings and overrides
+    (0x2066, 0x2069),  # bidi isolates
+    (0xD800, 0xDFFF),  # surrogates: the undecodable bytes of a name that is not UTF-8
+)
+"""Every character of the Unicode categories Cc, Cs, Zl and Zp, and the bidi controls."""
 _NAMED = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
-
-
-def _unsafe(code: int) -> bool:
-    category = unicodedata.category(chr(code))
-    return category in ("Cc", "Cs", "Zl", "Zp") or code in _BIDI_CONTROLS
 
 
 def _escape(code: int) -> str:
@@ -28,15 +31,15 @@ def _escape(code: int) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-_UNSAFE = [code for code in range(0xE000) if _unsafe(code)]  # none above the surrogates
-ESCAPES = {code: _escape(code) for code in _UNSAFE}
-_UNSAFE_RE = re.compile("[" + "".join(re.escape(chr(code)) for code in _UNSAFE) + "]")
+_UNSAFE_RE = re.compile(
+    "[" + "".join(f"\\u{low:04x}-\\u{high:04x}" for low, high in UNSAFE_RANGES) + "]"
+)
 
 
 def printable(text: str) -> str:
     """`text` with every control, separator, bidi-override or surrogate character escaped
     (`\\n`, `\\x1b`, `\\u202e`); everything else, backslashes included, is left as it is."""
-    return text.translate(ESCAPES)
+    return _UNSAFE_RE.sub(lambda found: _escape(ord(found.group())), text)
 
 
 def unprintable_reason(name: str) -> str | None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,11 @@ from conftest import read_json, tasks
 
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
+from dropbox_eval.printable import printable, unprintable_reason
 
 FORGED = "2026-12-01 00:00:00,000 INFO batch b1: report emitted to outbox"
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ |^  ")
+UNSAFE_CATEGORIES = ("Cc", "Cs", "Zl", "Zp")  # control, surrogate, line and paragraph separators
 HOSTILE = {
     "acme": f"evil\n{FORGED}.json",
     "acme/": "esc\x1b]0;pwned\x07\x1b[2J.json",
@@ -109,3 +112,13 @@ def test_run_once_sweeps_stale_uploads_and_keeps_fresh_ones(tmp_path: Path) -> N
     assert not any(path.exists() for path in stale) and fresh.exists()
     for shown in ("acme/old.json.part", "acme/.old.json.Xy12Ab", "x.tmp"):
         assert f"inbox: removed {shown}: a temporary upload never renamed" in done.stderr
+
+
+def test_the_escape_rule_covers_every_control_separator_surrogate_and_bidi_character() -> None:
+    wanted = {c for c in range(0x110000) if unicodedata.category(chr(c)) in UNSAFE_CATEGORIES}
+    wanted |= {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+    escaped = {c for c in range(0x110000) if printable(chr(c)) != chr(c)}
+    assert escaped == wanted
+    assert all(unprintable_reason(f"a{chr(c)}.json") for c in wanted)
+    assert printable("tab\there\r\n\x1b[2J\u202e") == "tab\\there\\r\\n\\x1b[2J\\u202e"
+    assert unprintable_reason("plain name é-ü.json") is None
