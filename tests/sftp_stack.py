@@ -101,6 +101,10 @@ def running_stack(
         app = build_app(settings_on(forge, home, **settings))
         keys = {name: keygen(home / f"key-{name}") for name in (*clients, "stranger")}
         for client in clients:
+            # the folder exists before the watcher starts: a folder the first login creates
+            # is watched a moment later, and an upload renamed into place within that moment
+            # is found by the next rescan only (the tests' quiet period is 600 s)
+            (app.settings.inbox_path / client).mkdir(parents=True, exist_ok=True)
             app.billing.add_client(client, 0)
             KeyStore(app.settings.state_path).add(
                 client, keys[client].with_suffix(".pub").read_text()
