@@ -28,6 +28,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "isolation": ([], ["--drops", "8"]),
     "metrics": ([], ["--large", "200"]),
     "sftp": ([], ["--drops", "5"]),
+    "bounds": ([], ["--seconds", "2", "--uploads", "100"]),
     "rss": (
         [],
         ["--batches", "2", "--tasks", "2000", "--cycle-batches", "2", "--cycle-tasks", "500"],

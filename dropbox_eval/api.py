@@ -21,10 +21,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import __version__
 from .app import App
 from .batchfile import check_size, parse_batch, reason_of
-from .errors import BatchRejected, Conflict, DropboxEvalError, NotFoundError, answer_for
+from .emitter import report_bytes
+from .errors import (
+    BatchRejected,
+    Conflict,
+    DropboxEvalError,
+    NotFinished,
+    NotFoundError,
+    answer_for,
+)
 from .intake import API_SOURCE
-from .models import BatchFile, BatchRecord, Client
-from .report import status_counts
+from .models import BatchFile, BatchRecord, BatchStatus, Client
+from .report import build_report, status_counts
 
 
 def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
@@ -186,6 +194,17 @@ def create_api(app: App) -> FastAPI:
         ]
         return data
 
+    @api.get(
+        "/api/eval/batches/{batch_id}/report",
+        responses=problems | {200: {"content": {"application/json": {}}}},
+        response_class=Response,
+    )
+    def get_report(batch_id: str, client: Caller) -> Response:
+        """The report of an ended batch: the same bytes as `outbox/<batch_id>.json` and
+        the callback body (409 `not_finished` while it runs)."""
+        body = _report_body(app, owned(batch_id, client))
+        return Response(body, media_type="application/json")
+
     @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
     def emit(
         batch_id: str, client: Caller, force: Annotated[bool, Query()] = False
@@ -207,6 +226,18 @@ def create_api(app: App) -> FastAPI:
         }
 
     return api
+
+
+def _report_body(app: App, batch: BatchRecord) -> str:
+    """A batch's report as the outbox file holds it (the report fixed when it ended)."""
+    if batch.status == BatchStatus.RUNNING:
+        raise NotFinished(
+            f"batch {batch.batch_id}: {batch.done}/{batch.total} tasks finished; the report "
+            "comes when it ends",
+            done=batch.done,
+            total=batch.total,
+        )
+    return report_bytes(batch.report or build_report(batch, app.store.get_tasks(batch.batch_id)))
 
 
 async def _body(request: Request, limit: int) -> bytes:

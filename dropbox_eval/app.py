@@ -127,6 +127,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
         lifecycle.cancel,
         max_file_bytes=settings.max_file_bytes,
         max_tasks=settings.max_tasks,
+        stale_after=settings.stale_upload_seconds,
     )
     if gitea is not None:  # without a service, a batch's issues are opened at once
 

@@ -65,7 +65,12 @@ class Settings(BaseSettings):
     callback_timeout: float = Field(default=10.0, gt=0)
     sftp_max_sessions: int = Field(default=4, ge=1)
     sftp_max_auth_failures: int = Field(default=10, ge=1)
+    sftp_max_auth_users: int = Field(default=5, ge=1)
     sftp_failure_window: float = Field(default=300.0, gt=0)
+    sftp_max_open_files: int = Field(default=16, ge=1)
+    sftp_max_client_open_files: int = Field(default=32, ge=1)
+    client_quota_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    stale_upload_seconds: float = Field(default=86_400.0, gt=0)
 
     @field_validator("gitea_url")
     @classmethod
@@ -104,6 +109,16 @@ class Settings(BaseSettings):
     def weights(self) -> dict[str, int]:
         """Each named client's turns per round at the forge's scheduler."""
         return parse_weights(self.client_weights)
+
+    @model_validator(mode="after")
+    def _check_quota(self) -> Settings:
+        if self.client_quota_bytes < self.max_file_bytes:
+            raise ValueError(
+                f"{ENV_PREFIX}CLIENT_QUOTA_BYTES ({self.client_quota_bytes}) is smaller than "
+                f"{ENV_PREFIX}MAX_FILE_BYTES ({self.max_file_bytes}): a file the inbox takes "
+                "could not be uploaded; raise the quota"
+            )
+        return self
 
     @field_validator("repo")
     @classmethod

@@ -3,21 +3,27 @@
 Gitea/Forgejo POST an event when an issue is closed, labelled or commented, or a pull
 request changes. A delivery is accepted only when it is signed with the shared secret
 (`X-Gitea-Signature` / `X-Forgejo-Signature`: hex HMAC-SHA256 of the body), was not seen
-before (`X-Gitea-Delivery`), and names a repo of a running batch; it then asks the forge
-worker to poll that repo now instead of at the next interval. Every refusal is counted
-and changes nothing: the delivery carries no result, the service reads the issue itself.
+before, and names a repo of a running batch; it then asks the forge worker to poll that
+repo now instead of at the next interval. "Seen before" is its delivery id
+(`X-Gitea-Delivery`) or its body: the signature covers the body only, so a captured body
+sent again under a new delivery id is refused too, for REPLAY_WINDOW seconds (a digest of
+each body is kept that long). A body that is not well-formed JSON of sane depth naming its
+repository is refused as `bad_payload` (400). Every refusal is counted and changes
+nothing: the delivery carries no result, the service reads the issue itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field, ValidationError
 
 from .redact import shown_url
 
@@ -27,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dropbox_eval")
 EVENTS = ("issues", "issue_comment", "pull_request")
 REMEMBERED_DELIVERIES = 10_000
+REPLAY_WINDOW = 3600.0
 
 
 class Nudges:
@@ -55,13 +62,19 @@ class WebhookReceiver:
     """Checks one delivery and turns it into a nudge, or refuses it with a reason."""
 
     def __init__(
-        self, secret: str | None, live_repos: Callable[[], set[str]], nudges: Nudges
+        self,
+        secret: str | None,
+        live_repos: Callable[[], set[str]],
+        nudges: Nudges,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.secret = secret
         self.live_repos = live_repos
         self.nudges = nudges
+        self.clock = clock
         self.counts: Counter[str] = Counter()
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._bodies: OrderedDict[str, float] = OrderedDict()  # sha256 -> when first seen
         self._lock = threading.Lock()
 
     def receive(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
@@ -85,7 +98,7 @@ class WebhookReceiver:
         if not hmac.compare_digest(signature.strip().lower(), expected):
             return 401, "bad_signature"
         delivery = _delivery_id(headers)
-        if not delivery or not self._first_time(delivery):
+        if not delivery or not self._first_time(delivery, hashlib.sha256(body).hexdigest()):
             return 409, "replayed"
         event = headers.get("x-gitea-event") or headers.get("x-forgejo-event") or ""
         if event not in EVENTS:
@@ -98,13 +111,20 @@ class WebhookReceiver:
         self.nudges.add(repo)
         return 202, "accepted"
 
-    def _first_time(self, delivery: str) -> bool:
+    def _first_time(self, delivery: str, digest: str) -> bool:
+        """Whether neither the delivery id nor (within REPLAY_WINDOW) the body was seen;
+        remembers both."""
         with self._lock:
-            if delivery in self._seen:
+            now = self.clock()
+            while self._bodies and next(iter(self._bodies.values())) <= now - REPLAY_WINDOW:
+                self._bodies.popitem(last=False)
+            if delivery in self._seen or digest in self._bodies:
                 return False
             self._seen[delivery] = None
-            while len(self._seen) > REMEMBERED_DELIVERIES:
-                self._seen.popitem(last=False)
+            self._bodies[digest] = now
+            for remembered in (self._seen, self._bodies):
+                while len(remembered) > REMEMBERED_DELIVERIES:
+                    remembered.popitem(last=False)
         return True
 
 
@@ -112,13 +132,23 @@ def _delivery_id(headers: Mapping[str, str]) -> str:
     return headers.get("x-gitea-delivery") or headers.get("x-forgejo-delivery") or ""
 
 
+class _Repository(BaseModel):
+    full_name: str = Field(pattern=r"^[^/]+/[^/]+$")
+
+
+class _Payload(BaseModel):
+    """The one field a delivery is read for. pydantic's parser refuses the whole body when
+    it is not JSON, nests too deeply or holds a number too long, with a ValidationError
+    like any missing field: never an exception nobody expected."""
+
+    repository: _Repository
+
+
 def _repo_of(body: bytes) -> str | None:
     try:
-        payload = json.loads(body)
-        name = payload["repository"]["full_name"]
-    except (ValueError, KeyError, TypeError):
+        return _Payload.model_validate_json(body).repository.full_name
+    except ValidationError:
         return None
-    return name if isinstance(name, str) and "/" in name else None
 
 
 def register_hook(gitea: GiteaClient, owner: str, url: str, secret: str) -> str:

@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from fastapi import FastAPI
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.emitter import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.web.server import create_web
+from dropbox_eval.webserver import BackgroundServer
 
 
 @pytest.fixture
@@ -58,6 +61,20 @@ def app(settings: Settings) -> App:
     built = build_app(settings)
     built.delivery.emitter.webhooks = WebhookEmitter(timeout=30)
     return built
+
+
+OPERATOR_KEY = "operator-secret-key"
+
+
+@pytest.fixture
+def operator_web(app: App) -> Iterator[tuple[str, FastAPI]]:
+    """The web app over `app` with the operator key OPERATOR_KEY, on a loopback port, and the
+    app itself (its `state` holds the page's sessions and sign-in throttle)."""
+    app.settings.operator_key = OPERATOR_KEY
+    api = create_web(app, lambda: True)
+    server = BackgroundServer(api)
+    yield server.start(), api
+    server.stop()
 
 
 @pytest.fixture

@@ -96,11 +96,18 @@ def test_the_page_follows_progress_and_redelivers(
     server = BackgroundServer(create_web(app, lambda: True))
     url = server.start()
     try:
-        page.goto(f"{url}/operator?key={KEY}")
+        refused: list[str] = []  # the page's own policy must not block any of its parts
+        page.on("console", lambda message: refused.append(message.text))
+        page.goto(f"{url}/operator")
+        page.fill('input[name="key"]', KEY)  # posted once; the session cookie does the rest
+        page.get_by_role("button", name="Sign in").click()
         in_flight = page.locator(f'#in-flight tr[data-batch="{running}"]')
         expect(in_flight.locator(".done")).to_have_text("0/2")
         expect(page.locator("#rejections")).to_contain_text("invalid_json")
         expect(page.locator("#clients")).to_contain_text(funded)
+        styled = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert styled == "rgb(246, 247, 249)"  # the stylesheet its CSP allows by hash
+        assert not [m for m in refused if "Content Security Policy" in m], refused
 
         owner, name = app.store.get_batch(running).repo.split("/")
         first = forge.issues(owner, name)[0]["number"]

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import pytest
 import requests
-from conftest import PATIENCE, tasks, wait_for
+from conftest import OPERATOR_KEY, PATIENCE, tasks, wait_for
+from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from dropbox_eval.app import App, build_app
@@ -27,7 +28,7 @@ from dropbox_eval.web.server import create_web
 from dropbox_eval.web.session import SESSION_SECONDS, OperatorSessions
 from dropbox_eval.webserver import BackgroundServer
 
-KEY = "operator-secret-key"
+KEY = OPERATOR_KEY
 COOKIE = "dropbox_eval_operator"
 T = TypeVar("T")
 _OPENED: list[str] | None = None  # files opened while a test watches (audit hook below)
@@ -52,13 +53,10 @@ def web(app: App) -> Iterator[str]:
 
 
 @pytest.fixture
-def operator(app: App) -> Iterator[tuple[str, OperatorSessions]]:
+def operator(operator_web: tuple[str, FastAPI]) -> tuple[str, OperatorSessions]:
     """Like `web`, plus the page's session table (to move its clock)."""
-    app.settings.operator_key = KEY
-    api = create_web(app, lambda: True)
-    server = BackgroundServer(api)
-    yield server.start(), api.state.operator_sessions
-    server.stop()
+    url, api = operator_web
+    return url, api.state.operator_sessions
 
 
 def _sign_in(url: str, **headers: str) -> tuple[requests.Session, requests.Response]:
@@ -221,7 +219,7 @@ def test_the_page_needs_the_operator_key(app: App, funded: str, web: str) -> Non
     page = requests.get(f"{web}/operator", timeout=30)
     assert page.status_code == 401 and 'name="key"' in page.text
     assert funded not in page.text
-    wrong = requests.get(f"{web}/operator", params={"key": "nope"}, timeout=30)
+    wrong = requests.post(f"{web}/operator/login", data={"key": "nope"}, timeout=30)
     assert wrong.status_code == 401 and "not right" in wrong.text
     session = requests.Session()
     signed = session.post(f"{web}/operator/login", data={"key": KEY}, timeout=30)
@@ -237,7 +235,7 @@ def test_the_page_needs_the_operator_key(app: App, funded: str, web: str) -> Non
 def test_the_page_is_off_without_a_key(app: App) -> None:
     with _served(app) as url:
         for key in ("", "anything"):
-            page = requests.get(f"{url}/operator", params={"key": key}, timeout=30)
+            page = requests.post(f"{url}/operator/login", data={"key": key}, timeout=30)
             assert page.status_code == 401 and "SAAS_EVAL_OPERATOR_KEY" in page.text
 
 
@@ -262,7 +260,7 @@ def test_run_with_http_port_serves_metrics_and_the_page(tmp_path: Path) -> None:
         assert wait_for(lambda: requests.get(f"{url}/readyz", timeout=30).ok)
         metrics = requests.get(f"{url}/metrics", timeout=30).text
         assert "dropbox_eval_service_running 1.0" in metrics
-        page = requests.get(f"{url}/operator", params={"key": KEY}, timeout=30)
+        page = requests.post(f"{url}/operator/login", data={"key": KEY}, timeout=30)
         assert page.status_code == 200 and "Service health" in page.text
         assert f"pid {process.pid} since" in page.text
     finally:
@@ -307,9 +305,8 @@ def test_the_login_cookie_is_a_session_token_not_the_key(
         assert attribute.lower() in set_cookie.lower()
     assert "secure" not in set_cookie.lower()  # plain http: a Secure cookie would not come back
     assert _page_with(url, token).status_code == 200
-    via_query = requests.get(f"{url}/operator", params={"key": KEY}, allow_redirects=False)
-    assert KEY not in via_query.headers["set-cookie"]
-    assert via_query.cookies[COOKIE] != token  # every login is its own session
+    _, again = _sign_in(url)
+    assert again.history[0].cookies[COOKIE] != token  # every login is its own session
     assert _page_with(url, KEY).status_code == 401  # a cookie holding the key is no session
     assert _page_with(url, token[:-1] + ("A" if token[-1] != "A" else "B")).status_code == 401
     assert session.get(f"{url}/operator", timeout=30).status_code == 200

@@ -19,6 +19,7 @@ from dropbox_eval.config import Settings
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
+from dropbox_eval.webhooks import REPLAY_WINDOW
 from dropbox_eval.webserver import BackgroundServer
 
 SECRET = "hook-secret"
@@ -39,13 +40,13 @@ def pushed(settings: Settings) -> Iterator[tuple[App, str]]:
 
 def _deliver(
     url: str,
-    payload: dict[str, object],
+    payload: dict[str, object] | bytes,
     *,
     secret: str | None = SECRET,
     delivery: str | None = None,
     event: str = "issues",
 ) -> requests.Response:
-    body = json.dumps(payload).encode()
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     headers = {
         "X-Gitea-Event": event,
         "X-Gitea-Delivery": delivery or str(uuid.uuid4()),
@@ -109,3 +110,61 @@ def test_a_closed_issue_is_stored_by_the_webhook_without_waiting_for_a_poll_cycl
     finally:
         service.stop()
         thread.join(timeout=PATIENCE)
+
+
+def test_a_captured_body_is_refused_under_any_delivery_id_within_the_window(
+    pushed: tuple[App, str], forge: SandboxForge
+) -> None:
+    """Issue 19: the HMAC covers the body only, so a new delivery id made a replay new."""
+    app, url = pushed
+    now = [5000.0]
+    app.webhooks.clock = lambda: now[0]
+    batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
+    repo = app.store.get_batch(batch_id).repo
+    payload = {"action": "closed", "number": 1, "repository": {"full_name": repo}}
+    assert _deliver(url, payload, delivery="first").status_code == 202
+    again = _deliver(url, payload, delivery="fresh-id")  # the captured body, a new id
+    assert again.status_code == 409 and again.json()["outcome"] == "replayed"
+    labelled = {**payload, "action": "label_updated"}  # a new event is a new body
+    assert _deliver(url, labelled).status_code == 202
+    now[0] += REPLAY_WINDOW - 1
+    assert _deliver(url, payload, delivery="still-in-window").status_code == 409
+    now[0] += 2  # the window has passed: the digest is forgotten
+    assert _deliver(url, payload, delivery="much-later").status_code == 202
+    assert app.webhooks.counts["replayed"] == 2 and app.webhooks.counts["accepted"] == 3
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"repository": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"x": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_000 + b', "repository": {}}',
+        b'{"repository": {"full_name": "o/r"}, "n": ' + b"9" * 10_000 + b"}",
+        b"\xff\xfe{not utf-8",
+        b"[1, 2, 3]",
+        b'{"repository": "o/r"}',
+        b'{"repository": {"full_name": "no-slash"}}',
+        b'{"repository": {"full_name": ["o/r"]}}',
+        b"",
+    ],
+    ids=[
+        "deep-array",
+        "deep-object",
+        "long-number",
+        "not-utf8",
+        "array",
+        "string",
+        "no-slash",
+        "list-name",
+        "empty",
+    ],
+)
+def test_a_structurally_hostile_signed_body_answers_400(
+    pushed: tuple[App, str], body: bytes
+) -> None:
+    app, url = pushed
+    answer = _deliver(url, body)
+    assert answer.status_code == 400 and answer.json()["outcome"] == "bad_payload"
+    assert app.webhooks.counts == {"bad_payload": 1}
+    assert app.nudges.take() == set()
+    assert requests.get(f"{url}/api/eval/batches", timeout=10).status_code == 401  # still up

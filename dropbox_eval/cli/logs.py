@@ -1,4 +1,8 @@
-"""Logging for the command line: quiet one-shot commands, INFO for the service, JSON lines."""
+"""Logging for the command line: quiet one-shot commands, INFO for the service, JSON lines.
+
+Every message passes through `printable` in both formats: names from clients (files, SSH
+users, paths) can hold a newline or a terminal escape, and a log line is one line.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,9 @@ import logging
 import re
 import sys
 from datetime import UTC, datetime
+from typing import Any
+
+from ..printable import printable
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 NOISY = ("urllib3", "watchdog", "filelock", "asyncssh")
@@ -16,7 +23,8 @@ _KEY_RE = re.compile(r"([?&]key=)[^&\s]*")
 
 
 class RedactKey(logging.Filter):
-    """Keeps the operator key of `/operator?key=...` out of the access log."""
+    """Keeps an operator key out of the access log: the page no longer reads `?key=`, but
+    an old bookmark still sends it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Rewrite the arguments of the record; never drops it."""
@@ -27,20 +35,41 @@ class RedactKey(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """`time LEVEL message`; a traceback's lines are escaped too and indented, so that no
+    line of it can pass for a record of its own."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging API
+        """The line with its message escaped."""
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging API
+        """The traceback, each line escaped and indented."""
+        return _escaped_lines(super().formatException(ei), indent="  ")
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message (and the traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        """The record as a JSON line."""
+        """The record as a JSON line (its message escaped like a text line's)."""
         line = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": printable(record.getMessage()),
         }
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = _escaped_lines(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False)
+
+
+def _escaped_lines(text: str, indent: str = "") -> str:
+    return "\n".join(f"{indent}{printable(line)}" for line in text.split("\n"))
 
 
 def configure_logging(verbose: int, log_format: str, *, service: bool) -> None:
@@ -48,9 +77,7 @@ def configure_logging(verbose: int, log_format: str, *, service: bool) -> None:
     base = 1 if service else 0
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(base + verbose, 2)]
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

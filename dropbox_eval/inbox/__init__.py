@@ -30,10 +30,12 @@ from .. import crashpoints
 from ..batchfile import check_size, parse_batch
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
 from ..models import BatchFile, BatchRecord, BatchStatus, is_valid_id, utcnow
+from ..printable import unprintable_reason
 from . import fsops
 from .filing import Skip, check_outcome_folder, file_away, shown
 from .readiness import ReadinessTracker, signature
 from .scan import OUTCOME_DIRS, candidates, is_candidate_name
+from .sweep import StaleUploads
 
 if TYPE_CHECKING:
     from ..ports import Accepting
@@ -67,10 +69,13 @@ class Inbox:
         *,
         max_file_bytes: int,
         max_tasks: int,
+        stale_after: float,
     ) -> None:
-        """`intake` records batches; `cancel` cancels one (a cancel file)."""
+        """`intake` records batches; `cancel` cancels one (a cancel file); `stale_after`:
+        seconds after which an upload never renamed into place goes."""
         root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
+        self.stale_uploads = StaleUploads(self.root, stale_after)
         self.store = store
         self.intake = intake
         self.cancel = cancel
@@ -83,7 +88,9 @@ class Inbox:
         self.on_recorded: Callable[[str, str], object] | None = None
 
     def scan(self) -> list[Path]:
-        """Every candidate file present now (start-up and periodic rescans)."""
+        """Every candidate file present now (start-up and periodic rescans); stale uploads
+        are swept on the way, at most every few minutes (sweep.py)."""
+        self.stale_uploads.sweep_if_due()
         return candidates(self.root)
 
     def client_folder(self, path: Path) -> str | None:
@@ -117,11 +124,9 @@ class Inbox:
     def _process_in(self, folder_fd: int, path: Path) -> Outcome:
         for outcome in OUTCOME_DIRS:  # checked before any intake, created only when needed
             check_outcome_folder(folder_fd, path, outcome)
-        if not _is_text(path.name):  # before anything is created: it could not be reported
-            error = BatchRejected(
-                "invalid_name",
-                "the file name is not valid UTF-8; rename the file and drop it again",
-            )
+        bad_name = _name_problem(path.name)
+        if bad_name is not None:  # before anything is created: it could not be reported
+            error = BatchRejected("invalid_name", f"{bad_name}; rename the file and drop it again")
             return self._reject(folder_fd, path, error, None, None)
         try:
             fd = self._open_file(folder_fd, path.name)
@@ -344,10 +349,11 @@ def _skipped(path: Path, skip: Skip) -> Outcome:
     return Outcome("skipped", None, {"reason": skip.reason, "message": skip.message})
 
 
-def _is_text(name: str) -> bool:
-    """Whether a file name decoded from the file system is valid UTF-8 (no escapes)."""
+def _name_problem(name: str) -> str | None:
+    """Why a file name decoded from the file system cannot be taken: not UTF-8, or holding
+    a control character (a newline would forge log lines); None when it can."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        return False
-    return True
+        return "the file name is not valid UTF-8"
+    return unprintable_reason(name)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..names import OUTCOME_DIRS, TEMP_SUFFIXES, is_reserved_client_id
 
-__all__ = ["OUTCOME_DIRS", "TEMP_SUFFIXES", "candidates", "is_candidate_name"]
+__all__ = ["OUTCOME_DIRS", "TEMP_SUFFIXES", "candidates", "dropped_entries", "is_candidate_name"]
 
 log = logging.getLogger("dropbox_eval")
 
@@ -37,26 +38,23 @@ def is_candidate_name(root: Path, path: Path) -> bool:
 
 
 def candidates(root: Path) -> list[Path]:
-    """Every candidate entry present now, without following symlinked folders.
+    """Every candidate entry present now, without following symlinked folders."""
+    found = (Path(entry.path) for entry in dropped_entries(root))
+    return sorted(path for path in found if is_candidate_name(root, path))
 
-    Lists the inbox and each real (non-symlink, non-hidden) client folder; never descends
-    into `accepted/`, `rejected/` or another reserved name, so a rescan costs the size of
-    the backlog, not history.
+
+def dropped_entries(root: Path) -> Iterator[os.DirEntry[str]]:
+    """Every entry that is not a folder, at the top of the inbox and in each real
+    (non-symlink, non-hidden) client folder.
+
+    Never descends into `accepted/`, `rejected/` or another reserved name, so a rescan
+    costs the size of the backlog, not history.
     """
-    found: list[Path] = []
     for entry in _list_dir(root):
-        if entry.name.startswith("."):
-            continue
-        if _is_real_dir(entry):
-            if is_reserved_client_id(entry.name):
-                continue
-            for sub in _list_dir(Path(entry.path)):
-                path = Path(sub.path)
-                if not _is_real_dir(sub) and is_candidate_name(root, path):
-                    found.append(path)
-        elif is_candidate_name(root, Path(entry.path)):
-            found.append(Path(entry.path))
-    return sorted(found)
+        if not _is_real_dir(entry):
+            yield entry
+        elif not entry.name.startswith(".") and not is_reserved_client_id(entry.name):
+            yield from (sub for sub in _list_dir(Path(entry.path)) if not _is_real_dir(sub))
 
 
 def _list_dir(folder: Path) -> list[os.DirEntry[str]]:

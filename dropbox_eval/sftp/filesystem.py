@@ -14,7 +14,11 @@ What a client may do:
   atomic rename and reads the file at once; an upload whose session ends before the close
   is removed;
 - rename or remove such names in its folder (WinSCP's `.filepart` then rename);
-- list and read `accepted/` and `rejected/` (receipts and error files), never write there.
+- list and read `accepted/` and `rejected/` (receipts and error files), never write there;
+- list and read its own reports in `reports/` and `reports/undelivered/` (reports.py).
+
+Open files are capped per session and per client, and uploads by the client's storage
+quota (bounds.py).
 
 Links (symlink, hardlink), directories, reads of pending files and resumed or appended
 uploads (a write that would leave a hole) are refused.
@@ -37,11 +41,14 @@ from asyncssh import (
     SFTPName,
     SFTPNoSuchFile,
     SFTPPermissionDenied,
+    SFTPQuotaExceeded,
 )
 
 from . import upload
+from .bounds import OpenFilesLimit, SessionBounds
 from .paths import (
     DIR_FLAGS,
+    FixedShape,
     Target,
     open_client_folder,
     parse_path,
@@ -49,6 +56,8 @@ from .paths import (
     visible,
     writable_name,
 )
+from .reports import FOLDERS as REPORT_FOLDERS
+from .reports import ReportsView
 
 FileReport = Callable[[str, int, str, str | None], None]
 """Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
@@ -61,7 +70,7 @@ class Download:
     fd: int
 
 
-class JailedSFTPServer(asyncssh.SFTPServer):
+class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
     """SFTP over one client's inbox folder (see the module docstring)."""
 
     def __init__(
@@ -70,11 +79,16 @@ class JailedSFTPServer(asyncssh.SFTPServer):
         folder: Path,
         max_bytes: int,
         report: FileReport,
+        *,
+        bounds: SessionBounds,
+        reports: ReportsView,
     ) -> None:
         """`folder` is `inbox/<client_id>` (created if missing, never through a symlink)."""
         super().__init__(chan)
         self._max_bytes = max_bytes
         self._report = report
+        self._bounds = bounds
+        self._reports = reports
         self._root = open_client_folder(folder)
 
     # -- paths --------------------------------------------------------------------------
@@ -85,32 +99,40 @@ class JailedSFTPServer(asyncssh.SFTPServer):
 
     def realpath(self, path: bytes) -> bytes:
         """The canonical virtual path (no file-system access)."""
-        target = parse_path(path)
-        parts = [p for p in (target.folder, target.name) if p is not None]
-        return ("/" + "/".join(parts)).encode("utf-8")
+        return f"/{parse_path(path)}".encode()
 
     def _folder_fd(self, folder: str | None) -> int:
-        """A new descriptor of the client folder or one outcome folder (caller closes)."""
+        """A new descriptor of the folder a path names (the caller closes it)."""
         if folder is None:
             return os.dup(self._root)
+        if folder in REPORT_FOLDERS:
+            return self._reports.folder_fd(folder)
         try:
             return os.open(folder, DIR_FLAGS, dir_fd=self._root)
         except OSError:
             raise SFTPNoSuchFile(f"{folder}/ does not exist yet") from None
+
+    def _find(self, folder_fd: int, target: Target) -> os.stat_result | None:
+        """The attributes of a visible file of an open folder; None for anything else."""
+        assert target.name is not None
+        if target.folder in REPORT_FOLDERS:
+            return self._reports.find(folder_fd, target.name)
+        info = stat_at(folder_fd, target.name)
+        return info if info is not None and visible(info, target) else None
 
     # -- attributes and listings --------------------------------------------------------
 
     def lstat(self, path: bytes) -> os.stat_result:
         """Attributes of a visible entry; anything else does not exist."""
         target = parse_path(path)
+        if target.name is None and target.folder in REPORT_FOLDERS:
+            return os.fstat(self._root)  # the view's folders exist even before a report
         fd = self._folder_fd(target.folder)
         try:
-            if target.name is None:
-                return os.fstat(fd)
-            info = stat_at(fd, target.name)
+            info = os.fstat(fd) if target.name is None else self._find(fd, target)
         finally:
             os.close(fd)
-        if info is None or not visible(info, target):
+        if info is None:
             raise SFTPNoSuchFile("no such file")
         return info
 
@@ -119,21 +141,32 @@ class JailedSFTPServer(asyncssh.SFTPServer):
         return self.lstat(path)
 
     async def scandir(self, path: bytes) -> AsyncIterator[SFTPName]:
-        """The visible entries of the client folder or an outcome folder."""
+        """The visible entries of a folder of the view (read at once: a listing left
+        unfinished by the client holds no descriptor)."""
         target = parse_path(path)
         if target.name is not None:
             raise SFTPNoSuchFile("not a folder")
-        fd = self._folder_fd(target.folder)
+        for name, info in self._entries(target.folder):
+            yield SFTPName(name.encode("utf-8"), attrs=SFTPAttrs.from_local(info))
+
+    def _entries(self, folder: str | None) -> list[tuple[str, os.stat_result]]:
+        if folder in REPORT_FOLDERS:
+            found = self._reports.entries(folder)
+            if folder == REPORT_FOLDERS[0]:
+                found.insert(0, (REPORT_FOLDERS[1].rpartition("/")[2], os.fstat(self._root)))
+            return found
+        fd = self._folder_fd(folder)
         try:
-            names = sorted(os.listdir(fd))
-            for name in names:
-                if name.startswith("."):
-                    continue
-                info = stat_at(fd, name)
-                if info is not None and visible(info, Target(target.folder, name)):
-                    yield SFTPName(name.encode("utf-8"), attrs=SFTPAttrs.from_local(info))
+            found = []
+            for name in sorted(os.listdir(fd)):
+                info = None if name.startswith(".") else stat_at(fd, name)
+                if info is not None and visible(info, Target(folder, name)):
+                    found.append((name, info))
         finally:
             os.close(fd)
+        if folder is None:
+            found.append((REPORT_FOLDERS[0], os.fstat(self._root)))
+        return found
 
     def statvfs(self, path: bytes) -> os.statvfs_result:
         """Free space of the client folder's file system."""
@@ -143,14 +176,35 @@ class JailedSFTPServer(asyncssh.SFTPServer):
     # -- files ----------------------------------------------------------------------------
 
     def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> upload.Upload | Download:
-        """Open a receipt/error file for reading, or start an upload."""
+        """Start an upload, or open a receipt, error file or report for reading; either
+        takes one of the session's and the client's open-file slots (bounds.py)."""
         target = parse_path(path)
-        if pflags & FXF_WRITE:
-            return upload.start(self._root, target, pflags)
+        try:
+            self._bounds.open_file()
+        except OpenFilesLimit as exc:
+            self._report(str(target), 0, f"refused ({exc.reason})", None)
+            raise
+        try:
+            if pflags & FXF_WRITE:
+                return upload.start(self._root, target, pflags, self._bounds)
+            return Download(self._open_readable(target))
+        except SFTPQuotaExceeded as exc:
+            self._bounds.close_file()
+            self._report(str(target), 0, f"refused ({exc.reason})", None)
+            raise
+        except BaseException:
+            self._bounds.close_file()
+            raise
+
+    def _open_readable(self, target: Target) -> int:
         if target.folder is None or target.name is None:
-            raise SFTPPermissionDenied("only files in accepted/ and rejected/ can be read")
+            raise SFTPPermissionDenied(
+                "only files in accepted/, rejected/ and reports/ can be read"
+            )
         folder = self._folder_fd(target.folder)
         try:
+            if self._find(folder, target) is None:
+                raise SFTPNoSuchFile("no such file")
             fd = os.open(
                 target.name,
                 os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
@@ -165,7 +219,7 @@ class JailedSFTPServer(asyncssh.SFTPServer):
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise SFTPPermissionDenied("not a regular file")
-        return Download(fd)
+        return fd
 
     def read(self, file_obj: object, offset: int, size: int) -> bytes:
         """Read from a receipt or error file."""
@@ -176,11 +230,12 @@ class JailedSFTPServer(asyncssh.SFTPServer):
     def write(self, file_obj: object, offset: int, data: bytes) -> int:
         """Write to an upload; past SAAS_EVAL_MAX_FILE_BYTES the upload fails and is removed."""
         if not isinstance(file_obj, upload.Upload):
-            raise SFTPPermissionDenied("accepted/ and rejected/ are read-only")
+            raise SFTPPermissionDenied("accepted/, rejected/ and reports/ are read-only")
         return upload.write(self._root, file_obj, offset, data, self._max_bytes)
 
     def close(self, file_obj: object) -> None:
         """Finish a download; rename a complete upload into place (see `_session_over`)."""
+        self._bounds.close_file()
         if isinstance(file_obj, Download):
             os.close(file_obj.fd)
             return
@@ -270,26 +325,6 @@ class JailedSFTPServer(asyncssh.SFTPServer):
         if info is None or not stat.S_ISREG(info.st_mode):
             raise SFTPNoSuchFile(f"no such file: {old}")
         os.rename(old, new, src_dir_fd=self._root, dst_dir_fd=self._root)
-
-    def symlink(self, oldpath: bytes, newpath: bytes) -> None:
-        """Refused."""
-        raise SFTPPermissionDenied("links are not allowed")
-
-    def link(self, oldpath: bytes, newpath: bytes) -> None:
-        """Refused."""
-        raise SFTPPermissionDenied("links are not allowed")
-
-    def readlink(self, path: bytes) -> bytes:
-        """Refused."""
-        raise SFTPPermissionDenied("links are not allowed")
-
-    def mkdir(self, path: bytes, attrs: SFTPAttrs) -> None:
-        """Refused."""
-        raise SFTPPermissionDenied("folders cannot be created")
-
-    def rmdir(self, path: bytes) -> None:
-        """Refused."""
-        raise SFTPPermissionDenied("folders cannot be removed")
 
     def exit(self) -> None:
         """Release the folder descriptor (asyncssh closed the open files first).

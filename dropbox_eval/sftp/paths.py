@@ -1,8 +1,10 @@
 """The jail's path policy: the fixed shape of a client's SFTP view and its folder descriptor.
 
-A client sees its own folder as `/`, with `accepted/` and `rejected/` below it and nothing
-deeper. Paths are never joined onto the disk: they are checked against that shape, and the
-file-system calls are made relative to directory descriptors opened with O_NOFOLLOW.
+A client sees its own folder as `/`, with `accepted/` and `rejected/` below it, and the
+read-only view of its reports, `reports/` and `reports/undelivered/` (reports.py), and
+nothing else. Paths are never joined onto the disk: they are checked against that shape,
+and the file-system calls are made relative to directory descriptors opened with
+O_NOFOLLOW. A name with a control character (a newline, an escape) is refused outright.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from asyncssh import SFTPNoSuchFile, SFTPPermissionDenied
+from asyncssh import SFTPInvalidFilename, SFTPNoSuchFile, SFTPPermissionDenied
 
-from ..inbox.scan import OUTCOME_DIRS, TEMP_SUFFIXES
+from ..names import OUTCOME_DIRS, REPORTS_DIR, TEMP_SUFFIXES, UNDELIVERED_DIR
+from ..printable import unprintable_reason
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_NAME_BYTES = 200  # leaves room for the hidden upload name within NAME_MAX (255)
@@ -24,10 +27,15 @@ UPLOAD_PREFIX = ".sftp-"
 
 @dataclass(frozen=True)
 class Target:
-    """A checked client path: `folder` None is the client folder; `name` None the folder."""
+    """A checked client path: `folder` None is the client folder, else `accepted`,
+    `rejected`, `reports` or `reports/undelivered`; `name` None is the folder itself."""
 
     folder: str | None
     name: str | None
+
+    def __str__(self) -> str:
+        """The path in the client's view, without the leading `/` (`accepted/x.json`)."""
+        return "/".join(part for part in (self.folder, self.name) if part is not None)
 
 
 def parse_path(raw: bytes) -> Target:
@@ -39,21 +47,56 @@ def parse_path(raw: bytes) -> Target:
     parts = [part for part in text.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise SFTPPermissionDenied("'..' is not allowed: your folder is the root")
-    if any(part.startswith(".") or "\0" in part for part in parts):
+    if any(part.startswith(".") for part in parts):
         raise SFTPPermissionDenied("hidden names are not available")
+    for part in parts:
+        bad = unprintable_reason(part)
+        if bad is not None:
+            raise SFTPInvalidFilename(bad)
+    if parts[:2] == [REPORTS_DIR, UNDELIVERED_DIR]:
+        parts = [f"{REPORTS_DIR}/{UNDELIVERED_DIR}", *parts[2:]]
     if not parts:
         return Target(None, None)
+    folders = (*OUTCOME_DIRS, REPORTS_DIR, f"{REPORTS_DIR}/{UNDELIVERED_DIR}")
     if len(parts) == 1:
-        return Target(parts[0], None) if parts[0] in OUTCOME_DIRS else Target(None, parts[0])
-    if len(parts) == 2 and parts[0] in OUTCOME_DIRS:
+        return Target(parts[0], None) if parts[0] in folders else Target(None, parts[0])
+    if len(parts) == 2 and parts[0] in folders:
         return Target(parts[0], parts[1])
-    raise SFTPNoSuchFile("no such file: only your folder, accepted/ and rejected/ exist")
+    raise SFTPNoSuchFile(
+        "no such file: only your folder, accepted/, rejected/, reports/ and "
+        "reports/undelivered/ exist"
+    )
+
+
+class FixedShape:
+    """The SFTP operations the jail's fixed shape refuses outright: links and folders."""
+
+    def symlink(self, oldpath: bytes, newpath: bytes) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("links are not allowed")
+
+    def link(self, oldpath: bytes, newpath: bytes) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("links are not allowed")
+
+    def readlink(self, path: bytes) -> bytes:
+        """Refused."""
+        raise SFTPPermissionDenied("links are not allowed")
+
+    def mkdir(self, path: bytes, attrs: object) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("folders cannot be created")
+
+    def rmdir(self, path: bytes) -> None:
+        """Refused."""
+        raise SFTPPermissionDenied("folders cannot be removed")
 
 
 def writable_name(target: Target) -> str:
     """The file name a client may create, rename or remove, or raise PermissionDenied."""
     if target.folder is not None or target.name is None:
-        raise SFTPPermissionDenied("accepted/ and rejected/ are read-only")
+        where = f"{target.folder}/" if target.folder else "your folder itself"
+        raise SFTPPermissionDenied(f"{where} is read-only")
     name = target.name
     lowered = name.lower()
     if not lowered.endswith((".json", *TEMP_SUFFIXES)):
@@ -85,7 +128,8 @@ def stat_at(folder_fd: int, name: str) -> os.stat_result | None:
 
 
 def visible(info: os.stat_result, target: Target) -> bool:
-    """Regular files, plus the two outcome folders at the top; never links or devices."""
+    """Regular files, plus the two outcome folders at the top; never links or devices (the
+    reports view is not on disk here: reports.py shows it)."""
     if stat.S_ISREG(info.st_mode):
         return True
     return target.folder is None and target.name in OUTCOME_DIRS and stat.S_ISDIR(info.st_mode)

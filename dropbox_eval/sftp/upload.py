@@ -1,6 +1,6 @@
 """One upload through the SFTP endpoint: written under a hidden name, renamed into place
-when the client closes it, removed when it cannot complete (size limit, resume, a session
-that ended first)."""
+when the client closes it, removed when it cannot complete (size limit, storage quota,
+resume, a session that ended first)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from asyncssh import (
     SFTPFileAlreadyExists,
     SFTPNoSuchFile,
     SFTPOpUnsupported,
+    SFTPQuotaExceeded,
 )
 
+from .bounds import SessionBounds
 from .paths import UPLOAD_PREFIX, Target, stat_at, writable_name
 
 
@@ -31,12 +33,14 @@ class Upload:
     fd: int
     name: str
     temp: str
+    bounds: SessionBounds
     size: int = 0
     error: str | None = None
 
 
-def start(root: int, target: Target, pflags: int) -> Upload:
-    """Open a new hidden file for an upload to `target` in the folder `root`."""
+def start(root: int, target: Target, pflags: int, bounds: SessionBounds) -> Upload:
+    """Open a new hidden file for an upload to `target` in the folder `root`, if the
+    client's quota has room for it (SFTPQuotaExceeded otherwise)."""
     name = writable_name(target)
     if pflags & (FXF_READ | FXF_APPEND):
         raise SFTPOpUnsupported("uploads are write-only and cannot append")
@@ -48,17 +52,23 @@ def start(root: int, target: Target, pflags: int) -> Upload:
     # Every upload starts as a new file, with or without FXF_TRUNC (scp opens without it
     # and sets the size at the end); a resume is refused by `write` (no holes).
     temp = f"{UPLOAD_PREFIX}{secrets.token_hex(4)}.{name}.part"
-    fd = os.open(
-        temp,
-        os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o644,
-        dir_fd=root,
-    )
-    return Upload(fd, name, temp)
+    bounds.start_upload(root, temp)
+    try:
+        fd = os.open(
+            temp,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=root,
+        )
+    except BaseException:
+        bounds.end_upload(temp, kept=False)
+        raise
+    return Upload(fd, name, temp, bounds)
 
 
 def write(root: int, upload: Upload, offset: int, data: bytes, max_bytes: int) -> int:
-    """Write a chunk; a hole (a resume) or passing `max_bytes` discards the upload."""
+    """Write a chunk; a hole (a resume), passing `max_bytes` or the client's storage quota
+    discards the upload."""
     if upload.error:
         raise SFTPFailure(upload.error)
     if offset > upload.size:
@@ -72,6 +82,12 @@ def write(root: int, upload: Upload, offset: int, data: bytes, max_bytes: int) -
         )
         discard(root, upload)
         raise SFTPFailure(upload.error)
+    try:
+        upload.bounds.grow(upload.temp, max(upload.size, offset + len(data)))
+    except SFTPQuotaExceeded as exc:
+        upload.error = exc.reason
+        discard(root, upload)
+        raise
     written = os.pwrite(upload.fd, data, offset)
     upload.size = max(upload.size, offset + written)
     return written
@@ -88,11 +104,13 @@ def complete(root: int, upload: Upload) -> str:
     os.close(upload.fd)
     upload.fd = -1
     os.rename(upload.temp, upload.name, src_dir_fd=root, dst_dir_fd=root)
+    upload.bounds.end_upload(upload.temp, kept=True)
     return digest.hexdigest()
 
 
 def discard(root: int, upload: Upload) -> None:
     """Close and remove the hidden file (nothing of the upload stays)."""
+    upload.bounds.end_upload(upload.temp, kept=False)
     if upload.fd >= 0:
         os.close(upload.fd)
         upload.fd = -1

@@ -1,10 +1,12 @@
 """The operator's status page: `/operator`, behind SAAS_EVAL_OPERATOR_KEY.
 
 Server-rendered (Jinja2 templates shipped in the package), no JavaScript, refreshes itself.
-Login: `?key=...` once, or the form; either opens a session (session.py) whose random token
-goes into an HttpOnly, SameSite=Strict cookie (Secure over https) limited to `/operator`: the
-cookie never holds the key. The page's forms (re-deliver, sign out) also carry the session's
-CSRF token. Keys and tokens are compared in constant time.
+Login: the key is posted once with the form (never taken from a URL, which logs and browser
+histories keep), and opens a session (session.py) whose random token goes into an HttpOnly,
+SameSite=Strict cookie (Secure over https) limited to `/operator`: the cookie never holds
+the key. Sign-in attempts are throttled per source address (throttle.py). The page's forms
+(re-deliver, sign out) also carry the session's CSRF token. Keys and tokens are compared in
+constant time. Its security headers come from headers.py.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from ..models import BatchStatus, Client, utcnow
 from ..rejections import RejectionLog
 from ..service import read_status
 from ..store.totals import charged_by
+from .headers import STYLE
 from .health import Health, service_running
 from .session import OperatorSessions, Session, key_matches
+from .throttle import LoginThrottle
 
 if TYPE_CHECKING:
     from ..app import App
@@ -34,6 +38,7 @@ REFRESH_SECONDS = 5
 templates = Environment(
     loader=PackageLoader("dropbox_eval.web", "templates"), autoescape=select_autoescape()
 )
+templates.globals["style"] = STYLE
 
 
 def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
@@ -41,16 +46,20 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
     `api.state.operator_sessions`."""
     rejections = RejectionLog(app.settings.state_path)
     sessions = OperatorSessions()
+    throttle = LoginThrottle()
     api.state.operator_sessions = sessions
+    api.state.login_throttle = throttle
 
     def session_of(request: Request) -> Session | None:
         return sessions.find(request.cookies.get(COOKIE), app.settings.operator_key)
 
-    def login_page(message: str, status: int) -> HTMLResponse:
+    def login_page(
+        message: str, status: int, headers: dict[str, str] | None = None
+    ) -> HTMLResponse:
         html = templates.get_template("login.html").render(
             message=message, configured=bool(app.settings.operator_key)
         )
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(html, status_code=status, headers=headers)
 
     def signed_in(request: Request, key: str) -> Response:
         token, _ = sessions.open(key)
@@ -67,14 +76,11 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         return response
 
     @api.get("/operator", include_in_schema=False)
-    def page(request: Request, key: str | None = None) -> Response:
-        if key is not None:
-            if key_matches(key, app.settings.operator_key):
-                return signed_in(request, key)
-            return login_page("that key is not right", 401)
+    def page(request: Request) -> Response:
         session = session_of(request)
         if session is None:
-            return login_page("", 401)
+            moved = "key" in request.query_params  # an old bookmark: the key is not read
+            return login_page(KEY_IN_URL if moved else "", 401)
         view = _view(app, health, rejections)
         html = templates.get_template("page.html").render(
             **view,
@@ -86,10 +92,18 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
 
     @api.post("/operator/login", include_in_schema=False)
     async def login(request: Request) -> Response:
+        source = request.client.host if request.client else "-"
+        wait = throttle.retry_after(source)
+        if wait:  # the key is not even looked at
+            message = f"too many wrong keys from your address: try again in {wait} s"
+            return login_page(message, 429, {"Retry-After": str(wait)})
         key = (await _form(request)).get("key", "")
         if key_matches(key, app.settings.operator_key):
+            throttle.succeeded(source)
             return signed_in(request, key)
-        return login_page("that key is not right", 401)
+        wait = throttle.failed(source)
+        later = f"; wait {wait} s before the next try" if wait else ""
+        return login_page(f"that key is not right{later}", 401)
 
     async def refusal(request: Request) -> Response | None:
         """Why a form post may not act: no session (401), or a session whose form carries
@@ -129,6 +143,12 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             note = f"{batch_id}: not delivered: {exc}"
         sessions.post_note(request.cookies.get(COOKIE), note)
         return RedirectResponse("/operator", status_code=303)
+
+
+KEY_IN_URL = (
+    "the key is no longer read from the address (it stays in logs and browser history): "
+    "enter it below"
+)
 
 
 async def _form(request: Request) -> dict[str, str]:

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..api import create_api
 from .collector import StateCollector
+from .headers import SecurityHeaders
 from .health import Health
 from .page import add_operator_page
 
@@ -42,4 +43,5 @@ def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
         return JSONResponse(body, status_code=200 if result.ready else 503)
 
     add_operator_page(api, app, health)
+    api.add_middleware(SecurityHeaders)
     return api

@@ -1,0 +1,78 @@
+"""Sign-in attempts of the operator page, throttled per source address.
+
+The first FREE_FAILURES wrong keys from an address cost nothing (typing errors); each one
+after that closes the address's door for twice as long as the one before (1 s, 2 s, 4 s ...
+up to MAX_DELAY). While the door is closed every attempt is answered 429 with
+`Retry-After`, the right key included and without looking at it, so guessing runs at the
+throttle's pace whatever the request rate. A sign-in with the right key forgets the
+address's failures; failures older than FORGET_AFTER are forgotten too. At most
+MAX_SOURCES addresses are remembered (the oldest goes first), so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+FREE_FAILURES = 3
+FIRST_DELAY = 1.0
+MAX_DELAY = 300.0
+FORGET_AFTER = 3600.0
+MAX_SOURCES = 10_000
+
+
+@dataclass
+class _Record:
+    failures: int
+    last_failure: float
+    closed_until: float
+
+
+class LoginThrottle:
+    """Failed sign-ins per source address (thread-safe)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock` is injectable for tests; monotonic by default."""
+        self.clock = clock
+        self._records: OrderedDict[str, _Record] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retry_after(self, source: str) -> int:
+        """Whole seconds until `source` may try again; 0 when it may now."""
+        with self._lock:
+            record = self._records.get(source)
+            if record is None:
+                return 0
+            return max(0, math.ceil(record.closed_until - self.clock()))
+
+    def failed(self, source: str) -> int:
+        """Count a wrong key from `source`; returns the seconds it must now wait."""
+        with self._lock:
+            now = self.clock()
+            record = self._records.pop(source, None)
+            if record is None or now - record.last_failure > FORGET_AFTER:
+                record = _Record(0, now, now)
+            record.failures += 1
+            record.last_failure = now
+            record.closed_until = now + _delay(record.failures)
+            self._records[source] = record
+            while len(self._records) > MAX_SOURCES:
+                self._records.popitem(last=False)
+            return math.ceil(record.closed_until - now)
+
+    def succeeded(self, source: str) -> None:
+        """The right key: forget the failures of `source`."""
+        with self._lock:
+            self._records.pop(source, None)
+
+
+def _delay(failures: int) -> float:
+    """Seconds the door stays closed after the `failures`th wrong key in a row."""
+    if failures <= FREE_FAILURES:
+        return 0.0
+    doublings = min(failures - FREE_FAILURES - 1, 32)  # past MAX_DELAY long before
+    return min(MAX_DELAY, FIRST_DELAY * float(2**doublings))
