@@ -3,12 +3,15 @@ real `Service` (inotify watcher, sandbox forge) in a thread, on one tmp home, an
 clients that talk to it (OpenSSH's `sftp`, paramiko).
 
 Logins meant to fail come from their own loopback address (127.0.0.N), so the failure limit
-of one test never locks out another.
+of one test never locks out another. A stack shared by many tests (`running_stack(seats=N)`)
+gives each test clients of its own (`Stack.own_clients`): their folders, sessions and log
+lines are that test's alone, so what one test leaves behind is in no other test's listing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
 import signal
@@ -32,7 +35,9 @@ from dropbox_eval.sftp.keys import KeyStore
 
 @dataclass
 class Stack:
-    """The running endpoint and service, the client keys and where things are."""
+    """The running endpoint and service, the client keys and where things are. `acme` and
+    `other` are the clients the helpers mean by default: on a view from `own_clients`, the
+    test's own (`acme3`, `other3`)."""
 
     home: Path
     port: int
@@ -42,12 +47,49 @@ class Stack:
     known_hosts: Path
     log: Path
     pid: int
+    acme: str = "acme"
+    other: str = "other"
+    suffix: str = ""  # of the clients `add_client` adds: the test's number on a view
 
-    def folder(self, client: str) -> Path:
-        return self.home / "inbox" / client
+    def folder(self, client: str | None = None) -> Path:
+        return self.home / "inbox" / (client or self.acme)
 
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def log_lines(self, client: str | None = None) -> list[str]:
+        """The endpoint's log lines about `client` (`acme` by default)."""
+        who = f"client={client or self.acme} "
+        return [line for line in self.log_text().splitlines() if who in line]
+
+    def add_client(self, name: str, key: str) -> str:
+        """A new client, `name` + this stack's suffix, with 0 credits, logging in with the
+        key `key` (which `keys` then holds under the client's name too); no folder is made."""
+        client = f"{name}{self.suffix}"
+        register(self.app, client, self.keys[key])
+        self.keys[client] = self.keys[key]
+        return client
+
+    def own_clients(self, number: int) -> Stack:
+        """This stack as test `number` sees it: `acme` and `other` are new clients of its own,
+        `acme<number>` and `other<number>` (keys "acme" and "other"), in the folders that
+        `running_stack(seats=...)` made before the service started."""
+        view = dataclasses.replace(self, keys=dict(self.keys), suffix=str(number))
+        for name in OWN_CLIENTS:
+            assert view.folder(f"{name}{number}").is_dir(), "more tests than seats"
+        view.acme = view.add_client("acme", "acme")
+        view.other = view.add_client("other", "other")
+        return view
+
+
+OWN_CLIENTS = ("acme", "other")
+"""The clients each test of a shared stack has of its own (with these names' keys)."""
+
+
+def register(app: App, client: str, key: Path) -> None:
+    """`client` with 0 credits, logging in with the key pair `key`."""
+    app.billing.add_client(client, 0)
+    KeyStore(app.settings.state_path).add(client, key.with_suffix(".pub").read_text())
 
 
 def keygen(path: Path) -> Path:
@@ -90,29 +132,31 @@ def running_stack(
     home: Path,
     clients: tuple[str, ...],
     *,
+    seats: int = 0,
     limit_files: tuple[int, int] | None = None,
     **settings: Any,
 ) -> Iterator[Stack]:
     """The service and the endpoint on `home`, with the same `settings` (the endpoint reads
     them from its environment); each of `clients` has 0 credits and its own key, and
-    `stranger` a key nobody accepts."""
+    `stranger` a key nobody accepts. `seats`: how many tests share the stack, each with
+    clients of its own (`Stack.own_clients(1)` ... `own_clients(seats)`)."""
     env = {f"SAAS_EVAL_{name.upper()}": str(value) for name, value in settings.items()}
     with SandboxForge(port=0) as forge:
         app = build_app(settings_on(forge, home, **settings))
-        keys = {name: keygen(home / f"key-{name}") for name in (*clients, "stranger")}
+        names = dict.fromkeys((*clients, *OWN_CLIENTS, "stranger"))
+        keys = {name: keygen(home / f"key-{name}") for name in names}
+        # every client's folder exists before the watcher starts: a folder the first login
+        # creates is watched a moment later, and an upload renamed into place within that
+        # moment is found by the next rescan only (the tests' quiet period is 600 s)
+        own = [f"{name}{number}" for number in range(1, seats + 1) for name in OWN_CLIENTS]
+        for folder in (*clients, *own):
+            (app.settings.inbox_path / folder).mkdir(parents=True, exist_ok=True)
         for client in clients:
-            # the folder exists before the watcher starts: a folder the first login creates
-            # is watched a moment later, and an upload renamed into place within that moment
-            # is found by the next rescan only (the tests' quiet period is 600 s)
-            (app.settings.inbox_path / client).mkdir(parents=True, exist_ok=True)
-            app.billing.add_client(client, 0)
-            KeyStore(app.settings.state_path).add(
-                client, keys[client].with_suffix(".pub").read_text()
-            )
+            register(app, client, keys[client])
         service = Service(app)
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
-        assert wait_for(lambda: service.status.get("last_poll_at") is not None, 20)
+        assert wait_for(lambda: service.status.get("last_poll_at") is not None)
         log = home / "sftp.log"
         proc, port = start_endpoint(home, log, env, limit_files)
         host_key = (home / "state" / "sftp" / "ssh_host_ed25519_key.pub").read_text().split()
@@ -141,15 +185,17 @@ def sftp(
     stack: Stack,
     commands: str,
     *,
-    user: str = "acme",
+    user: str | None = None,
     key: str = "acme",
     bind: str = "127.0.0.1",
     cwd: Path | None = None,
     extra: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """`sftp -b -` with these batch commands (the batch stops at the first failure)."""
+    """`sftp -b -` with these batch commands (the batch stops at the first failure), as
+    `user` (the stack's `acme` by default)."""
+    login = f"{user or stack.acme}@127.0.0.1"
     return subprocess.run(
-        ["sftp", *ssh_options(stack, key, bind), *extra, "-b", "-", f"{user}@127.0.0.1"],
+        ["sftp", *ssh_options(stack, key, bind), *extra, "-b", "-", login],
         input=commands,
         text=True,
         capture_output=True,
@@ -159,11 +205,13 @@ def sftp(
 
 
 def paramiko_client(
-    stack: Stack, user: str = "acme", key: str = "acme", bind: str = "127.0.0.1"
+    stack: Stack, user: str | None = None, key: str = "acme", bind: str = "127.0.0.1"
 ) -> paramiko.SFTPClient:
-    """An authenticated paramiko SFTP session (its transport is `client.get_channel()...`)."""
+    """An authenticated paramiko SFTP session (its transport is `client.get_channel()...`),
+    as `user` (the stack's `acme` by default)."""
     transport = transport_to(stack, bind)
-    transport.auth_publickey(user, paramiko.Ed25519Key.from_private_key_file(str(stack.keys[key])))
+    private = paramiko.Ed25519Key.from_private_key_file(str(stack.keys[key]))
+    transport.auth_publickey(user or stack.acme, private)
     client = transport.open_sftp_client()
     assert client is not None
     return client
@@ -184,8 +232,10 @@ def transport_to(stack: Stack, bind: str) -> paramiko.Transport:
     return transport
 
 
-def can_log_in(stack: Stack, user: str = "acme", bind: str = "127.0.0.1") -> bool:
-    """Whether `user` can open an SFTP session now (with its own key)."""
+def can_log_in(stack: Stack, user: str | None = None, bind: str = "127.0.0.1") -> bool:
+    """Whether `user` (the stack's `acme` by default) can open an SFTP session now (with
+    its own key)."""
+    user = user or stack.acme
     try:
         client = paramiko_client(stack, user=user, key=user, bind=bind)
     except (paramiko.SSHException, EOFError):
