@@ -172,7 +172,9 @@ class Lifecycle(UsesForge):
             )
             tasks = self.store.get_tasks(batch_id)
         open_tasks = [t for t in tasks if t.status == TaskStatus.OPEN and t.issue_number]
-        closed_by_lane = {t.task_id: settled(t.settling) for t in open_tasks if t.settling}
+        closed_by_lane = {  # the lane closed them: their results as they stand now
+            t.task_id: self.poller.reader.read_now(batch.repo, t) for t in open_tasks if t.settling
+        }
         self.store.update_tasks(batch_id, closed_by_lane)  # their issues are closed already
         open_tasks = [t for t in open_tasks if t.task_id not in closed_by_lane]
         if not open_tasks:

@@ -26,6 +26,7 @@ from .models import (
 )
 from .opentasks import OpenTasks, Owner
 from .reading import ResultReader, ended
+from .repomoves import follow_moves
 from .settle import Settler
 from .store import Store
 
@@ -100,6 +101,7 @@ class Poller(UsesForge):
         ]
         if not batches:
             return {}
+        batches = follow_moves(self.store, self.gitea, batches)
         open_tasks = OpenTasks(self.store, batches, self._checked)
         if full and not probe:
             open_tasks.load_all()
@@ -249,8 +251,8 @@ class Poller(UsesForge):
                 continue
             if full:
                 change = self._check_unseen(repo, owner[1])
-            elif owner[1].settling is not None:  # unchanged since it was read
-                change = self.reader.settled_change(owner[1].settling)
+            elif owner[1].settling is not None:  # unchanged since the listing showed it
+                change = self.reader.settle_unlisted(repo, owner[1])
             else:
                 change = None
             if change is not None:

@@ -1,15 +1,19 @@
 """ChangeScout: which repos a poll cycle must visit, found with one request.
 
 With one repo per batch, listing every live repo costs one request per repo per cycle.
-Instead, one cross-repo search (`/repos/issues/search`, owner, `eval-task`, `since` the
-previous search) names the issues that changed in any of them; only those repos are
-visited, and the search's issues stand in for their listings. A repo is visited without
-a search result when one of its batches has work of its own: a new batch, an intake to
-finish, a cancel, a deadline, a retry, results still settling. Every `full_poll_every`th
-cycle asks each repo's open-issue count instead (`/repos/search`, one request per 50 repos)
-and visits only the repos whose count is lower than the store expects: a closure the search
-missed (one incremental listing) or a deleted issue (that repo listed in full). The next
-search's window starts where the previous search's ended, so skipping it loses nothing.
+Instead, one cross-repo search (`/repos/issues/search`, owner, `since` the previous search)
+names the issues that changed in any of them; only those repos are visited, and the
+search's issues stand in for their listings. The search has no label filter (Gitea would
+hand its indexer one label id per repo of the instance that has the label): the owner
+filter bounds it, and an issue counts when its marker names a batch of the cycle, which
+also finds a batch whose repo was renamed (its issues answer under the new name). A repo
+is visited without a search result when one of its batches has work of its own: a new
+batch, an intake to finish, a cancel, a deadline, a retry, results still settling. Every
+`full_poll_every`th cycle asks each repo's open-issue count instead (`/repos/search`, one
+request per 50 repos) and visits only the repos whose count is lower than the store
+expects: a closure the search missed (one incremental listing) or a deleted issue (that
+repo listed in full). The next search's window starts where the previous search's ended,
+so skipping it loses nothing.
 
 Gitea answers the search from its issue indexer, updated through a queue; `since`
 overlaps the previous search by `SEARCH_OVERLAP` (10 s: the queue normally drains within a
@@ -25,6 +29,7 @@ from datetime import datetime, timedelta
 
 from .app import App
 from .forge import ForgeIssue
+from .markers import read_marker
 from .models import BatchRecord, TaskStatus, utcnow
 from .opentasks import unsettled_of
 from .poller import LOCAL_CLOCK_MARGIN, Counted, Listed
@@ -73,11 +78,8 @@ class ChangeScout:
             return self._reconcile(batches, every, gitea.listed_at)
         counts = gitea.open_counts(owner) if full else None
         counted_at = gitea.listed_at
-        label = self.app.settings.task_label
         gitea.listed_at = None
-        found: dict[str, list[ForgeIssue]] = {}
-        for issue in gitea.search_issues(owner, state="all", labels=label, since=since):
-            found.setdefault(issue.repo.casefold(), []).append(issue)
+        found = self._by_batch_repo(gitea.search_issues(owner, state="all", since=since), batches)
         searched_at = gitea.listed_at or utcnow() - LOCAL_CLOCK_MARGIN
         plan: dict[str, Visit] = {}
         known: dict[str, datetime] = {}
@@ -95,6 +97,24 @@ class ChangeScout:
                 plan[repo] = Visit(full=True, open_count=(count, counted_at))  # one vanished
         self.searched_at, self.known, self.counted = searched_at, known, False
         return plan
+
+    def _by_batch_repo(
+        self, issues: Iterable[ForgeIssue], batches: dict[str, list[BatchRecord]]
+    ) -> dict[str, list[ForgeIssue]]:
+        """The searched issues whose marker names a batch of the cycle, by that batch's repo
+        (case-folded); an issue found under another name tells the client the repo moved."""
+        repo_of = {b.batch_id: repo for repo, group in batches.items() for b in group}
+        found: dict[str, list[ForgeIssue]] = {}
+        gitea = self.app.settings.forge_client(self.app.gitea)
+        for issue in issues:
+            marked = read_marker(issue.body)
+            repo = repo_of.get(marked[0]) if marked is not None else None
+            if repo is None:
+                continue  # a human's issue, or a batch this cycle does not poll
+            if issue.repo and issue.repo.casefold() != repo.casefold():
+                gitea.note_move(repo, issue.repo)
+            found.setdefault(repo.casefold(), []).append(issue)
+        return found
 
     def _reconcile(
         self,
