@@ -97,6 +97,8 @@ class HookRegistry:
         self._queue: queue.Queue[tuple[Hook, str, bytes]] = queue.Queue()
         self.deliveries: list[Delivery] = []
         self._thread: threading.Thread | None = None
+        self._pending = 0  # queued and not sent yet
+        self._idle = threading.Condition()
 
     def add(
         self, scope: str, url: str, secret: str, events: list[str], content_type: str = "json"
@@ -133,9 +135,17 @@ class HookRegistry:
         if not hooks:
             return
         body = json.dumps(payload()).encode()
+        with self._idle:
+            self._pending += len(hooks)
         for hook in hooks:
             self._queue.put((hook, event_type, body))
         self._ensure_sender()
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every delivery queued so far was sent (answered or failed); False
+        on timeout (tests step a history and let each change's deliveries land)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def _ensure_sender(self) -> None:
         with self._lock:
@@ -150,8 +160,15 @@ class HookRegistry:
             try:
                 hook, event_type, body = self._queue.get(timeout=5.0)
             except queue.Empty:
-                return
+                with self._lock:  # a delivery queued meanwhile keeps this thread going
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
             self.deliveries.append(send(hook, event_type, body))
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
 
 
 def headers_for(

@@ -70,6 +70,12 @@ class StateBase:
         self.accounts[login.lower()] = account
         return account
 
+    def add_user(self, login: str) -> None:
+        """Another user of the forge (a human commenting, say); no token."""
+        with self.lock:
+            if login.lower() not in self.accounts:
+                self._add_account(login)
+
     def login_for_token(self, token: str) -> str | None:
         """Return the login owning `token`, or None."""
         account = self.tokens.get(token)
