@@ -111,8 +111,7 @@ class ForgeTransport:
         return None if current.casefold() == repo.casefold() else current
 
     def note_move(self, old: str, new: str) -> None:
-        """Remember that repo `old` is now `new` (a redirect, or a search that found a
-        batch's issues under another name)."""
+        """Remember that repo `old` is now `new` (the forge redirected a request for it)."""
         if old.casefold() != new.casefold():
             self._moves[old.casefold()] = new
 

@@ -130,6 +130,7 @@ class Poller(UsesForge):
                 _log_change(batch.batch_id, task_id, change)
             self.refresh_progress(batch, _applied(tasks, changed), polled_at)
             self._checked.add(batch.batch_id)
+        follow_moves(self.store, self.gitea, batches)  # a redirect this visit followed
         return {
             batch_id: [task_id for task_id, change in changed.items() if "status" in change]
             for batch_id, changed in changes.items()

@@ -1,10 +1,11 @@
 """A repo renamed or transferred on the forge: its batches follow it.
 
-The forge client remembers every move it saw (a 307 from the old path, or a search that
-found a batch's issues, by their marker, in a repo of another name). Before a visit the
-batches of a moved repo are rewritten under its new full name (the record, then its index
-row), so the listing, the search's match, the webhooks' repo check and every later write use
-it; until then the old name still works through the forge's redirect.
+The forge client remembers every move the forge told it (a redirect from the old path;
+the scout lists a repo by its stored name when the search finds its batch's issues under
+another name, to hear it). Before a visit the batches of a moved repo are rewritten under
+its new full name (the record, then its index row), so the listing, the search's match, the
+webhooks' repo check and every later write use it; until then the old name still works
+through the forge's redirect.
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ Instead, one cross-repo search (`/repos/issues/search`, owner, `since` the previ
 names the issues that changed in any of them; only those repos are visited, and the
 search's issues stand in for their listings. The search has no label filter (Gitea would
 hand its indexer one label id per repo of the instance that has the label): the owner
-filter bounds it, and an issue counts when its marker names a batch of the cycle, which
-also finds a batch whose repo was renamed (its issues answer under the new name). A repo
-is visited without a search result when one of its batches has work of its own: a new
-batch, an intake to finish, a cancel, a deadline, a retry, results still settling. Every
+filter bounds it, and an issue counts when its marker names a batch of the cycle (a batch
+whose issues answer under another repo name is listed by its own name: a renamed repo
+redirects, and the visit learns the new name). A repo is visited without a search result
+when one of its batches has work of its own: a new batch, an intake to finish, a cancel, a
+deadline, a retry, results still settling. Every
 `full_poll_every`th cycle asks each repo's open-issue count instead (`/repos/search`, one
 request per 50 repos) and visits only the repos whose count is lower than the store
 expects: a closure the search missed (one incremental listing) or a deleted issue (that
@@ -79,14 +80,15 @@ class ChangeScout:
         counts = gitea.open_counts(owner) if full else None
         counted_at = gitea.listed_at
         gitea.listed_at = None
-        found = self._by_batch_repo(gitea.search_issues(owner, state="all", since=since), batches)
+        searched = gitea.search_issues(owner, state="all", since=since)
+        found, elsewhere = self._by_batch_repo(searched, batches)
         searched_at = gitea.listed_at or utcnow() - LOCAL_CLOCK_MARGIN
         plan: dict[str, Visit] = {}
         known: dict[str, datetime] = {}
         for repo, repo_batches in batches.items():
             issues = found.get(repo.casefold(), [])
             covered = self._covered(repo, repo_batches, since)
-            if not covered:  # changes before the search's window: list the repo
+            if not covered or repo.casefold() in elsewhere:  # list the repo by its name
                 plan[repo] = Visit()
             elif issues or any(_own_work(b) for b in repo_batches):
                 plan[repo] = Visit((issues, searched_at))
@@ -100,21 +102,24 @@ class ChangeScout:
 
     def _by_batch_repo(
         self, issues: Iterable[ForgeIssue], batches: dict[str, list[BatchRecord]]
-    ) -> dict[str, list[ForgeIssue]]:
+    ) -> tuple[dict[str, list[ForgeIssue]], set[str]]:
         """The searched issues whose marker names a batch of the cycle, by that batch's repo
-        (case-folded); an issue found under another name tells the client the repo moved."""
-        repo_of = {b.batch_id: repo for repo, group in batches.items() for b in group}
+        (case-folded), and the batch repos named by issues found in another repo: those are
+        listed under their own name, where the forge's redirect tells a rename (a copied
+        marker in another repo proves nothing)."""
+        repo_of = {b.batch_id: repo.casefold() for repo, group in batches.items() for b in group}
         found: dict[str, list[ForgeIssue]] = {}
-        gitea = self.app.settings.forge_client(self.app.gitea)
+        elsewhere: set[str] = set()
         for issue in issues:
             marked = read_marker(issue.body)
             repo = repo_of.get(marked[0]) if marked is not None else None
             if repo is None:
                 continue  # a human's issue, or a batch this cycle does not poll
-            if issue.repo and issue.repo.casefold() != repo.casefold():
-                gitea.note_move(repo, issue.repo)
-            found.setdefault(repo.casefold(), []).append(issue)
-        return found
+            if issue.repo and issue.repo.casefold() != repo:
+                elsewhere.add(repo)
+            else:
+                found.setdefault(repo, []).append(issue)
+        return found, elsewhere
 
     def _reconcile(
         self,

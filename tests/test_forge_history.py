@@ -133,6 +133,7 @@ def test_a_cancel_after_the_repo_was_renamed_ends_the_batch_cancelled(
     batch_id, repo, numbers = _batch(app, 2)
     owner, name = repo.split("/")
     forge.state.edit_repo(owner, name, new_name=f"{name}-renamed")
+    forge.clear_requests()
     batch = app.lifecycle.cancel(batch_id)
     assert batch.status == BatchStatus.CANCELLED and batch.failure is None
     statuses = {t.status for t in app.store.get_tasks(batch_id)}
@@ -142,26 +143,56 @@ def test_a_cancel_after_the_repo_was_renamed_ends_the_batch_cancelled(
     assert all(i["state"] == "closed" for i in issues if i["number"] in numbers)
     assert all("eval-cancelled" in [lb["name"] for lb in i["labels"]] for i in issues)
     assert app.gitea is not None and app.gitea.moved(repo) == moved
+    assert app.store.get_batch(batch_id).repo == moved
+    assert 307 in {r.status for r in forge.requests if r.method == "GET"}  # how it learned
     writes = [r for r in forge.requests if r.method != "GET"]
-    assert 307 in {r.status for r in writes}  # the writes went to the old name, and on
+    assert writes and all(r.path.startswith(f"/api/v1/repos/{moved}/") for r in writes)
 
 
-def test_a_write_redirected_with_302_is_asked_again_at_the_new_name(
+def test_a_write_to_a_renamed_repo_is_followed_or_asked_again_at_the_new_name(
     forge: SandboxForge, tmp_path: Path
 ) -> None:
     app = _app(forge, tmp_path)
     batch_id, repo, (number,) = _batch(app)
     owner, name = repo.split("/")
     forge.state.edit_repo(owner, name, new_name=f"{name}-moved")
-    forge.state.redirect_status = 302  # an old release: the framework default
     assert app.gitea is not None
-    app.gitea.comment(repo, number, "asked at the old name")
+    app.gitea.comment(repo, number, "followed with 307")  # method and body kept
+    assert [r.status for r in forge.requests if r.method == "POST"][-2:] == [307, 201]
+    forge.state.redirect_status = 302  # an old release: the framework default
+    app.gitea.comment(repo, number, "asked at the new name")
     comments = forge.state.issue_comments(owner, f"{name}-moved", number)
-    assert [c["body"] for c in comments] == ["asked at the old name"]
+    assert [c["body"] for c in comments] == ["followed with 307", "asked at the new name"]
     assert [r.status for r in forge.requests if r.method == "POST"][-2:] == [302, 201]
     app.poller.poll_completed(batch_id)  # the next visit stores the new name
     assert app.store.get_batch(batch_id).repo == f"{owner}/{name}-moved"
     assert f"{owner}/{name}-moved".casefold() in app.store.live_repos()
+
+
+def test_the_search_path_follows_a_renamed_repo_and_ignores_a_copied_marker(
+    forge: SandboxForge, tmp_path: Path
+) -> None:
+    state = forge.state
+    app = _app(forge, tmp_path, settle_seconds=0)
+    worker = ForgeWorker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
+    moved_id, repo, (number,) = _batch(app)
+    still_id, still, (other_number,) = _batch(app)
+    wait(worker.cycle())  # every batch listed once; from now on the search finds changes
+    owner, name = repo.split("/")
+    state.edit_repo(owner, name, new_name=f"{name}-renamed")
+    _clock(forge).advance(2)
+    copied = state.get_issue(owner, still.split("/")[1], other_number)["body"]
+    state.create_repo(owner, "elsewhere")
+    state.create_issue(owner, "elsewhere", HUMAN, "copied by hand", body=copied)
+    state.finish_issue(
+        owner, f"{name}-renamed", number, comment="Lane verdict: PASS.", labels=["eval-pass"]
+    )
+    wait(worker.cycle())  # the search names the renamed repo's issue: list it by its name
+    wait(worker.cycle())  # the visit stores the new name
+    assert app.store.get_batch(moved_id).repo == f"{owner}/{name}-renamed"
+    assert _result(app, moved_id)["status"] == "passed"
+    assert app.store.get_batch(still_id).repo == still  # a copied marker moves nothing
+    assert app.gitea is not None and app.gitea.moved(still) is None
 
 
 class _Hops(BaseHTTPRequestHandler):
