@@ -63,6 +63,18 @@ def _batch(app: App, count: int = 1) -> tuple[str, str, list[int]]:
     return batch_id, app.store.get_batch(batch_id).repo, numbers
 
 
+def _searching(
+    forge: SandboxForge, tmp_path: Path
+) -> tuple[App, ForgeWorker, list[tuple[str, str, list[int]]]]:
+    """A service with two one-task batches in two repos, each listed once: from now on
+    its cycles find changes with the cross-repo search."""
+    app = _app(forge, tmp_path, settle_seconds=0)
+    worker = ForgeWorker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
+    batches = [_batch(app), _batch(app)]
+    wait(worker.cycle())
+    return app, worker, batches
+
+
 def _result(app: App, batch_id: str, index: int = 0) -> dict[str, Any]:
     batch = app.store.get_batch(batch_id)
     assert batch.status == BatchStatus.COMPLETED and batch.report is not None, batch.status
@@ -173,11 +185,8 @@ def test_the_search_path_follows_a_renamed_repo_and_ignores_a_copied_marker(
     forge: SandboxForge, tmp_path: Path
 ) -> None:
     state = forge.state
-    app = _app(forge, tmp_path, settle_seconds=0)
-    worker = ForgeWorker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
-    moved_id, repo, (number,) = _batch(app)
-    still_id, still, (other_number,) = _batch(app)
-    wait(worker.cycle())  # every batch listed once; from now on the search finds changes
+    app, worker, batches = _searching(forge, tmp_path)
+    (moved_id, repo, (number,)), (still_id, still, (other_number,)) = batches
     owner, name = repo.split("/")
     state.edit_repo(owner, name, new_name=f"{name}-renamed")
     _clock(forge).advance(2)
@@ -323,11 +332,8 @@ def test_the_search_sends_no_label_filter_and_the_marker_decides(
     forge: SandboxForge, tmp_path: Path
 ) -> None:
     state = forge.state
-    app = _app(forge, tmp_path, settle_seconds=0)
-    worker = ForgeWorker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
-    first, repo, (number,) = _batch(app)
-    second, other, _ = _batch(app)
-    wait(worker.cycle())  # every batch listed once
+    app, worker, batches = _searching(forge, tmp_path)
+    (first, repo, (number,)), (second, other, _) = batches
     owner, name = repo.split("/")
     _clock(forge).advance(2)
     state.create_issue(owner, other.split("/")[1], HUMAN, "A question", labels=[])
