@@ -132,7 +132,7 @@ def drop_latency(forge: SandboxForge, drops: int) -> list[float]:
 
 def floor(forge: SandboxForge, concurrency: int) -> tuple[float, float]:
     """(one round trip, creating 10 issues at `concurrency`) on this forge, in seconds."""
-    client = GiteaClient(forge.url, forge.token, attempts=1)
+    client = GiteaClient(forge.url, forge.token)
     client.prepare_repo(
         f"{forge.user}/floor-{time.monotonic_ns()}", "eval-task", "aaaaaa", new=True
     )

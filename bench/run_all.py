@@ -29,6 +29,8 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "metrics": ([], ["--large", "200"]),
     "sftp": ([], ["--drops", "5"]),
     "bounds": ([], ["--seconds", "2", "--uploads", "100"]),
+    "sandbox": ([], ["--large", "1000", "--samples", "50"]),
+    "search": ([], ["--large", "300", "--samples", "50"]),
     "rss": (
         [],
         ["--batches", "2", "--tasks", "2000", "--cycle-batches", "2", "--cycle-tasks", "500"],

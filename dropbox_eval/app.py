@@ -118,7 +118,15 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     )
     settler = Settler(store, billing)
     poller = Poller(store, gitea, settings, settler.close)
-    lifecycle = Lifecycle(store, gitea, settings, poller.poll_completed, settler.close, attempts)
+    lifecycle = Lifecycle(
+        store,
+        gitea,
+        settings,
+        poller.poll_completed,
+        poller.reader.read_now,
+        settler.close,
+        attempts,
+    )
     intake = Intake(store, billing, gitea, settings)
     inbox = Inbox(
         settings.inbox_path,

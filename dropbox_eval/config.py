@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     unmerged_status: VerdictStatus = "no_verdict"
     pull_details: bool = True
     settle_seconds: float = Field(default=10.0, ge=0)
+    lane_login: str = "lane-bot"
+    lane_marker: str = "<!-- controller:fingerprint:"
     polling: bool = False
     quiet_period: float = Field(default=1.0, ge=0)
     rescan_interval: float = Field(default=30.0, gt=0)

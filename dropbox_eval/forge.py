@@ -3,7 +3,7 @@
 Quirks handled here (see README "Forge compatibility"): labels are given by id on create,
 `limit` is capped at 50 so lists are paged until a short page, `since` filters on update time,
 PATCH answers 201, the timeline of a missing issue answers 500 on Gitea (and pages without
-a Link header or a real total), and logins, org and
+a Link header or a real total, dropping entries after paging), and logins, org and
 repo names are case-insensitive.
 
 Label names are not unique on Gitea, and the issue list's `labels` filter takes names only
@@ -31,6 +31,7 @@ from .forgewire import (
     ForgeIssue,
     ForgePull,
     ForgeTimelineEntry,
+    covers,
     json_body,
     parse_issue,
     parse_model,
@@ -237,22 +238,20 @@ class GiteaClient(ForgeTransport):
                 return
 
     def search_issues(
-        self, owner: str, *, state: str, labels: str, since: datetime | None
+        self, owner: str, *, state: str, since: datetime | None
     ) -> Iterator[ForgeIssue]:
-        """Issues changed since `since` in every repo of `owner`, newest first, from
-        `/repos/issues/search` (one request per 50, however many repos; each issue names
-        its `repo`). Gitea answers it from its issue indexer, updated through a queue:
-        callers give `since` an overlap for that lag."""
+        """Issues (not pull requests) changed since `since` in every repo of `owner`, newest
+        first, from `/repos/issues/search` (one request per 50, however many repos; each
+        issue names its `repo`). No `labels` filter: Gitea resolves a label name to the ids
+        of every label of that name in the whole instance (`GetLabelIDsByNames`) and hands
+        the indexer that list, which grows with every repo ever labelled; callers tell
+        their issues by the marker. Gitea answers from its issue indexer, updated through a
+        queue: callers give `since` an overlap for that lag."""
         params: dict[str, Any] = {"owner": owner, "state": state, "type": "issues"}
-        names = _label_names(labels)
-        if names:
-            params["labels"] = ",".join(sorted(names))  # ORed by the search
         if since is not None:
             params["since"] = rfc3339(since)
         for page in self._pages("/repos/issues/search", params):
-            for issue in map(parse_issue, page):
-                if names.issubset(issue.labels):
-                    yield issue
+            yield from map(parse_issue, page)
 
     def open_counts(self, owner: str) -> dict[str, int]:
         """Open issues (pull requests not counted) of each repo of `owner`, case-folded
@@ -313,18 +312,26 @@ class GiteaClient(ForgeTransport):
         """One issue; ForgeNotFound when deleted."""
         return parse_issue(self._request("GET", f"/repos/{repo}/issues/{number}"))
 
-    def timeline(self, repo: str, number: int) -> list[ForgeTimelineEntry]:
-        """Every timeline entry of an issue, oldest first: paged until a short page (the
-        timeline sends no Link and counts only the page); ForgeNotFound when the issue is
-        gone (Gitea answers 500 there, so a GET of the issue confirms it)."""
-        path = f"/repos/{repo}/issues/{number}/timeline"
+    def timeline(self, repo: str, issue: ForgeIssue) -> list[ForgeTimelineEntry]:
+        """Every timeline entry of an issue, oldest first; ForgeNotFound when the issue is
+        gone (Gitea answers 500 there, so a GET of the issue confirms it).
+
+        Gitea pages the timeline before it drops what the caller may not see
+        (`ListIssueCommentsAndTimeline`: cross-references from unreadable repos, review
+        code comments), and sends no `Link`: a short page is the last one only when what
+        was read covers the issue (`forgewire.covers`); else pages are read until an empty
+        one."""
+        path = f"/repos/{repo}/issues/{issue.number}/timeline"
+        entries: list[ForgeTimelineEntry] = []
+        pages = self._pages(path, {}, clock=False, covered=lambda: covers(entries, issue))
         try:
-            items = [item for page in self._pages(path, {}, clock=False) for item in page]
+            for page in pages:
+                entries += [parse_model(ForgeTimelineEntry, item, "timeline") for item in page]
         except ForgeRetryable as exc:
             if exc.status == 500:
-                self.get_issue(repo, number)
+                self.get_issue(repo, issue.number)
             raise
-        return [parse_model(ForgeTimelineEntry, item, "timeline") for item in items]
+        return entries
 
     def get_pull(self, repo: str, number: int) -> ForgePull:
         """One pull request (merge sha, size); ForgeNotFound when missing."""

@@ -1,15 +1,24 @@
 """ForgeTransport: one HTTP exchange with the forge, paging, and the forge's clock; every
-failure is translated into the project's errors here (forge.py builds on it)."""
+failure is translated into the project's errors here (forge.py builds on it).
+
+Redirects: Gitea answers a renamed or transferred repo's old path with 307 for every method
+(`RedirectToRepo`), which is followed with the method and body kept, the token only to the
+forge's own origin. A 301, 302 or 303 to a write (an old release, a proxy) would turn a
+POST into a GET, so the write is asked once more at the repo's canonical name instead
+(`GET /repos/{o}/{r}` follows to it). Every move seen is remembered (`moved`), so the
+callers learn the repo's new full name.
+"""
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import requests
 
@@ -23,7 +32,12 @@ from .scheduler import ForgeScheduler
 
 PAGE_LIMIT = 50
 LABEL_LOCK_TIMEOUT = 60.0
+MAX_REDIRECTS = 5
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+KEEPS_METHOD = frozenset({307, 308})
 _NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
+_REPO_PATH_RE = re.compile(r"^/repos/([^/?#]+)/([^/?#]+)")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class ForgeTransport:
@@ -62,6 +76,7 @@ class ForgeTransport:
             SharedLock(label_lock, timeout=LABEL_LOCK_TIMEOUT) if label_lock else threading.Lock()
         )
         self._clock = threading.local()  # repos are polled in parallel on one client
+        self._moves: dict[str, str] = {}  # case-folded old `owner/name` -> the new one
 
     @property
     def listed_at(self) -> datetime | None:
@@ -75,6 +90,21 @@ class ForgeTransport:
 
     # -- transport ----------------------------------------------------------------------
 
+    def moved(self, repo: str) -> str | None:
+        """The current `owner/name` of `repo` when the forge said it moved, else None."""
+        current, seen = repo, {repo.casefold()}
+        while (after := self._moves.get(current.casefold())) is not None:
+            current = after
+            if current.casefold() in seen:  # renamed back and forth: the latest wins
+                break
+            seen.add(current.casefold())
+        return None if current.casefold() == repo.casefold() else current
+
+    def note_move(self, old: str, new: str) -> None:
+        """Remember that repo `old` is now `new` (the forge redirected a request for it)."""
+        if old.casefold() != new.casefold():
+            self._moves[old.casefold()] = new
+
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         """One HTTP exchange, every failure translated into the project's errors."""
         try:
@@ -82,9 +112,11 @@ class ForgeTransport:
                 method,
                 f"{self.api}{path}",
                 timeout=(5.0, self.timeout),
-                allow_redirects=method == "GET",
+                allow_redirects=False,
                 **kwargs,
             )
+            if response.status_code in REDIRECTS:
+                response = self._follow(method, path, response, kwargs)
         except requests.Timeout as exc:
             raise ForgeRetryable(f"{method} {path}: forge timed out") from exc
         except requests.RequestException as exc:
@@ -102,16 +134,70 @@ class ForgeTransport:
             return self._send(method, path, **kwargs)
         return self.scheduler.call(self._send, method, path, **kwargs)
 
+    def _follow(
+        self, method: str, path: str, response: requests.Response, kwargs: dict[str, Any]
+    ) -> requests.Response:
+        """Follow 307/308 (and any redirect of a read) with the method and body kept, the
+        token only to the forge's origin; a write redirected otherwise is re-asked once at
+        the repo's canonical name. The query travels in the `Location`."""
+        resend = {key: value for key, value in kwargs.items() if key != "params"}
+        for _hop in range(MAX_REDIRECTS):
+            target = urljoin(response.url, response.headers.get("Location", ""))
+            self._note_redirect(path, target)
+            if response.status_code not in KEEPS_METHOD and method not in ("GET", "HEAD"):
+                return self._reask(method, path, kwargs)
+            headers = {} if _same_origin(target, self.api) else {"Authorization": None}
+            response = self.session.request(
+                method,
+                target,
+                timeout=(5.0, self.timeout),
+                allow_redirects=False,
+                headers=headers,
+                **resend,
+            )
+            if response.status_code not in REDIRECTS:
+                return response
+        raise ForgePermanent(f"{method} {path}: more than {MAX_REDIRECTS} redirects")
+
+    def _reask(self, method: str, path: str, kwargs: dict[str, Any]) -> requests.Response:
+        """A write the forge moved with 301/302/303: once more at the canonical name."""
+        match = _REPO_PATH_RE.match(path)
+        if match is None:
+            raise ForgePermanent(f"{method} {path}: the forge redirected a write elsewhere")
+        repo = f"{match.group(1)}/{match.group(2)}"
+        canonical = str(json_body(self._send("GET", f"/repos/{repo}"))["full_name"])
+        self.note_move(repo, canonical)
+        return self.session.request(
+            method,
+            f"{self.api}/repos/{canonical}{path[match.end() :]}",
+            timeout=(5.0, self.timeout),
+            allow_redirects=False,
+            **kwargs,
+        )
+
+    def _note_redirect(self, path: str, target: str) -> None:
+        asked = _REPO_PATH_RE.match(path)
+        where = urlsplit(target).path.removeprefix(urlsplit(self.api).path)
+        landed = _REPO_PATH_RE.match(where)
+        if asked is not None and landed is not None:
+            self.note_move(f"{asked[1]}/{asked[2]}", f"{landed[1]}/{landed[2]}")
+
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Send once (attempts.py decides any next try) and return the JSON body."""
         return json_body(self._scheduled(method, path, **kwargs))
 
     def _pages(
-        self, path: str, params: dict[str, Any], *, clock: bool = True
+        self,
+        path: str,
+        params: dict[str, Any],
+        *,
+        clock: bool = True,
+        covered: Callable[[], bool] | None = None,
     ) -> Iterator[list[Any]]:
-        """Every page of a list; stops on a page without `rel="next"` (or a short page when
-        the server sends no Link header). With `clock`, sets `listed_at` from the first
-        page's Date (a timeline read inside a listing must not move it)."""
+        """Every page of a list; stops on a page without `rel="next"`, or, when the server
+        sends no Link header, on a short page (only once `covered()` says the pages read so
+        far hold everything, else on an empty page). With `clock`, sets `listed_at` from
+        the first page's Date (a timeline read inside a listing must not move it)."""
         page = 1
         while True:
             response = self._scheduled(
@@ -124,9 +210,8 @@ class ForgeTransport:
                 raise ForgePermanent(f"GET {path}: expected a JSON list")
             yield items
             link = response.headers.get("Link")
-            last = (
-                (not _NEXT_LINK_RE.search(link)) if link is not None else (len(items) < PAGE_LIMIT)
-            )
+            short = len(items) < PAGE_LIMIT and (covered is None or covered())
+            last = (not _NEXT_LINK_RE.search(link)) if link is not None else short
             if last or not items:
                 return
             page += 1
@@ -141,3 +226,14 @@ def forge_outcome(error: BaseException) -> Outcome:
 
 
 _NOT_OVERLOAD = frozenset({404, 408, 409})
+
+
+def _same_origin(url: str, base: str) -> bool:
+    """Whether `url` is on the forge's origin (scheme, host, port): only there is the
+    token sent."""
+    one, two = urlsplit(url), urlsplit(base)
+    ports = (one.port or _DEFAULT_PORTS.get(one.scheme), two.port or _DEFAULT_PORTS.get(two.scheme))
+    return (one.scheme, (one.hostname or "").lower()) == (
+        two.scheme,
+        (two.hostname or "").lower(),
+    ) and ports[0] == ports[1]

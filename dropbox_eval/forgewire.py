@@ -49,13 +49,26 @@ class ForgeRefPull(BaseModel):
     html_url: str = ""
 
 
+class ForgeRepoName(BaseModel):
+    """`repository` of an issue: where it lives."""
+
+    full_name: str = ""
+
+
 class ForgeRefIssue(BaseModel):
-    """`ref_issue` of a timeline entry: the referencing issue or pull request."""
+    """`ref_issue` of a timeline entry: the referencing issue or pull request, and the repo
+    it lives in (another repo for `Closes owner/name#N`)."""
 
     number: int
     html_url: str = ""
     state: str = ""
     pull_request: ForgeRefPull | None = None
+    repository: ForgeRepoName | None = None
+
+    @property
+    def repo(self) -> str:
+        """`owner/name` of the referencing issue's repo ("" when the forge did not say)."""
+        return self.repository.full_name if self.repository is not None else ""
 
 
 class ForgeUser(BaseModel):
@@ -66,15 +79,29 @@ class ForgeUser(BaseModel):
 
 class ForgeTimelineEntry(BaseModel):
     """One entry of an issue's timeline (Gitea's `TimelineComment`): `comment`, `label`,
-    `pull_ref`, `close`, `reopen`, ... (unknown types are kept and ignored)."""
+    `pull_ref`, `close`, `reopen`, ... (unknown types are kept and ignored). `updated_at`
+    moves when a comment is edited (the issue's does not); `ref_commit_sha` is the commit
+    that closed or reopened the issue (a merge), empty for a close by hand."""
 
     id: int
     type: str
     body: str | None = ""
     user: ForgeUser | None = None
     created_at: UtcDatetime
+    updated_at: UtcDatetime | None = None
     ref_action: str | None = "none"
+    ref_commit_sha: str | None = ""
     ref_issue: ForgeRefIssue | None = None
+
+    @property
+    def login(self) -> str:
+        """Who wrote it ("" when the forge did not say)."""
+        return self.user.login if self.user is not None else ""
+
+    @property
+    def changed_at(self) -> datetime:
+        """When the entry last changed: created, or edited since."""
+        return max(self.created_at, self.updated_at or self.created_at)
 
 
 class ForgePull(BaseModel):
@@ -89,6 +116,14 @@ class ForgePull(BaseModel):
     additions: int | None = None
     deletions: int | None = None
     changed_files: int | None = None
+
+
+def covers(entries: list[ForgeTimelineEntry], issue: ForgeIssue) -> bool:
+    """Whether timeline entries read so far account for the issue as listed: every comment
+    it counts, and a change as recent as its `updated_at` (every new entry moves it)."""
+    comments = sum(1 for entry in entries if entry.type == "comment")
+    newest = max((entry.created_at for entry in entries), default=None)
+    return comments >= issue.comments and newest is not None and newest >= issue.updated_at
 
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -18,7 +18,7 @@ from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetrya
 from .forge import GiteaClient, UsesForge
 from .markers import find_marked, opened
 from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
-from .ports import Closing, PollingOne
+from .ports import Closing, PollingOne, ReadingNow
 from .reading import ended, settled
 from .scheduler import on_behalf_of
 from .store import Store
@@ -48,15 +48,17 @@ class Lifecycle(UsesForge):
         gitea: GiteaClient | None,
         settings: Settings,
         poll_completed: PollingOne,
+        read_now: ReadingNow,
         close: Closing,
         attempts: Attempts,
     ) -> None:
         """`poll_completed` keeps what the lane finished before issues are closed;
-        `close` settles a batch."""
+        `read_now` reads a settling result as it stands; `close` settles a batch."""
         self.store = store
         self._gitea = gitea
         self.settings = settings
         self.poll_completed = poll_completed
+        self.read_now = read_now
         self.close = close
         self.attempts = attempts
         self.on_error: Callable[[str, Exception], None] | None = None  # the service's status
@@ -175,7 +177,9 @@ class Lifecycle(UsesForge):
             )
             tasks = self.store.get_tasks(batch_id)
         open_tasks = [t for t in tasks if t.status == TaskStatus.OPEN and t.issue_number]
-        closed_by_lane = {t.task_id: settled(t.settling) for t in open_tasks if t.settling}
+        closed_by_lane = {  # the lane closed them: their results as they stand now
+            t.task_id: self.read_now(batch.repo, t) for t in open_tasks if t.settling
+        }
         self.store.update_tasks(batch_id, closed_by_lane)  # their issues are closed already
         open_tasks = [t for t in open_tasks if t.task_id not in closed_by_lane]
         if not open_tasks:

@@ -167,13 +167,17 @@ class BatchFile(BaseModel):
 
 
 class PullRequestRef(BaseModel):
-    """The pull request that resolved a task (merged) or was abandoned (not merged).
-    `merge_commit_sha` and the size fields come from one more GET of the pull request
-    (setting `pull_details`); null without it."""
+    """The pull request of a task: the one whose merge closed the issue (`closed_issue`),
+    else the last one that references it with a closing keyword, merged or not. `repo` is
+    the repo it lives in (another repo for `Closes owner/name#N`). `merge_commit_sha` and
+    the size fields come from one more GET of the pull request (setting `pull_details`);
+    null without it."""
 
     number: int
     url: str
     merged: bool
+    closed_issue: bool = False
+    repo: str | None = None
     merged_at: datetime | None = None
     merge_commit_sha: str | None = None
     additions: int | None = None
@@ -190,14 +194,15 @@ class TaskResult(BaseModel):
 
 
 class Settling(BaseModel):
-    """A closed issue's result, read but not final until nothing changed about the issue
-    for `settle_seconds` (the task stays `open` meanwhile)."""
+    """A closed issue waiting until nothing changed about it for `settle_seconds` (the task
+    stays `open` meanwhile); its result is read once that time passed (`status` and
+    `result` stay None until then, or hold a reading that an edit sent back to settle)."""
 
-    status: TaskStatus
-    result: TaskResult
+    status: TaskStatus | None = None
+    result: TaskResult | None = None
     closed_at: datetime | None = None
     changed_at: datetime  # the forge's time of the last change seen
-    seen: str  # what the issue listing showed when read (see poller.listing_key)
+    seen: str  # what the issue listing showed (see reading.listing_key)
 
 
 class TaskRecord(BaseModel):

@@ -29,6 +29,7 @@ from .models import (
 from .opentasks import OpenTasks, Owner
 from .ports import Closing
 from .reading import ResultReader, ended
+from .repomoves import follow_moves
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -107,6 +108,7 @@ class Poller(UsesForge):
         ]
         if not batches:
             return {}
+        batches = follow_moves(self.store, self.gitea, batches)
         open_tasks = OpenTasks(self.store, batches, self._checked)
         if full and not probe:
             open_tasks.load_all()
@@ -137,6 +139,7 @@ class Poller(UsesForge):
             self.refresh_progress(batch, now_tasks, polled_at)
             self._checked.add(batch.batch_id)
             self._alarm(batch.repo, now_tasks)
+        follow_moves(self.store, self.gitea, batches)  # a redirect this visit followed
         return {
             batch_id: [task_id for task_id, change in changed.items() if "status" in change]
             for batch_id, changed in changes.items()
@@ -258,8 +261,8 @@ class Poller(UsesForge):
                 continue
             if full:
                 change = self._check_unseen(repo, owner[1])
-            elif owner[1].settling is not None:  # unchanged since it was read
-                change = self.reader.settled_change(owner[1].settling)
+            elif owner[1].settling is not None:  # unchanged since the listing showed it
+                change = self.reader.settle_unlisted(repo, owner[1])
             else:
                 change = None
             if change is not None:

@@ -51,3 +51,11 @@ class PollingOne(Protocol):
     def __call__(self, batch_id: str, *, full: bool = False) -> list[str]:
         """Store the results of the issues the lane closed; the finished task ids."""
         ...
+
+
+class ReadingNow(Protocol):
+    """The poll stage's reader, as the lifecycle uses it for a batch ending early."""
+
+    def __call__(self, repo: str, task: TaskRecord) -> dict[str, Any]:
+        """The final change of a settling task, read now."""
+        ...

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from .forge import ForgeIssue, ForgeTimelineEntry
+from .forgewire import ForgeRefIssue
 from .models import (
     BatchRecord,
     PullRequestRef,
@@ -29,11 +30,21 @@ SUMMARY_LIMIT = 2000
 @dataclass(frozen=True)
 class VerdictRules:
     """Closed issue -> task status: a verdict label wins; otherwise `merged` when a merged
-    pull request closed the issue, `unmerged` when none did (abandoned or no PR at all)."""
+    pull request's merge closed the issue, `unmerged` when none did (abandoned, merged
+    after the issue was closed, or no PR at all). The summary is the lane's: a comment by
+    `lane_login`, or one carrying `lane_marker`."""
 
     labels: Mapping[str, TaskStatus]
     merged: TaskStatus
     unmerged: TaskStatus
+    lane_login: str = ""
+    lane_marker: str = ""
+
+    def by_lane(self, entry: ForgeTimelineEntry) -> bool:
+        """Whether a comment is the lane's (its account, or its marker in the body)."""
+        login = self.lane_login.casefold()
+        marked = bool(self.lane_marker) and self.lane_marker in (entry.body or "")
+        return marked or (bool(login) and entry.login.casefold() == login)
 
 
 class Reading(NamedTuple):
@@ -42,42 +53,94 @@ class Reading(NamedTuple):
     status: TaskStatus
     result: TaskResult
     closed_at: datetime | None  # the last `close` entry (else the issue's closed_at)
-    changed_at: datetime  # the newest entry or the issue's update, whichever is later
+    changed_at: datetime  # the newest change: the issue's, an entry's, a comment's edit
+
+
+MergeCommit = Callable[[ForgeRefIssue], "str | None"]  # a pull request's merge commit
 
 
 def read_result(
-    issue: ForgeIssue, timeline: list[ForgeTimelineEntry], rules: VerdictRules
+    issue: ForgeIssue,
+    timeline: list[ForgeTimelineEntry],
+    rules: VerdictRules,
+    merge_commit: MergeCommit | None = None,
 ) -> Reading:
-    """Status from the labels or the pull request, summary and details from the final
-    comment, and the pull request that closed the issue (or was abandoned)."""
-    pull = closing_pull(timeline)
+    """The result of a closed issue from its history alone (README "Lane result protocol"):
+    status from the first verdict label the forge lists, else from whether a merge closed
+    it; summary and details from the lane's last comment; the pull request whose merge
+    closed the issue, else the last one that references it to close it. `merge_commit`
+    tells apart pull requests merged within the same second."""
+    closes = [e for e in timeline if e.type == "close"]
+    close = closes[-1] if closes else None
+    pull = task_pull(timeline, close, merge_commit)
     status = next((rules.labels[n] for n in issue.labels if n in rules.labels), None)
     if status is None:
-        status = rules.merged if pull is not None and pull.merged else rules.unmerged
-    comments = [e.body or "" for e in timeline if e.type == "comment"]
-    summary, details = _read_comment(comments[-1] if comments else "")
-    closes = [e.created_at for e in timeline if e.type == "close"]
-    changed = max([issue.updated_at, *(e.created_at for e in timeline)])
+        status = rules.merged if pull is not None and pull.closed_issue else rules.unmerged
+    lane = [e.body or "" for e in timeline if e.type == "comment" and rules.by_lane(e)]
+    summary, details = _read_comment(lane[-1] if lane else "")
+    changed = max([issue.updated_at, *(e.changed_at for e in timeline)])
     result = TaskResult(summary=summary, details=details, pull_request=pull)
-    return Reading(status, result, closes[-1] if closes else issue.closed_at, changed)
+    return Reading(status, result, close.created_at if close else issue.closed_at, changed)
 
 
-def closing_pull(timeline: list[ForgeTimelineEntry]) -> PullRequestRef | None:
-    """The last merged pull request that references the issue with a closing keyword,
-    else the last such one that was not merged (an abandoned lane run); None without."""
+def task_pull(
+    timeline: list[ForgeTimelineEntry],
+    close: ForgeTimelineEntry | None,
+    merge_commit: MergeCommit | None = None,
+) -> PullRequestRef | None:
+    """The pull request that closed the issue with its merge (`closed_issue`), else the
+    last merged one that references it with a closing keyword, else the last such one that
+    is not merged (abandoned, or still open); None without any."""
     refs = [
         e.ref_issue
         for e in timeline
         if e.type == "pull_ref" and e.ref_action == "closes" and e.ref_issue is not None
     ]
-    pulls = [(r, r.pull_request) for r in refs if r.pull_request is not None]
+    pulls = [r for r in refs if r.pull_request is not None]
+    closer = _closer(pulls, close, merge_commit)
+    if closer is not None:
+        return _pull_ref(closer, closed_issue=True)
     if not pulls:
         return None
-    ref, pull = ([p for p in pulls if p[1].merged] or pulls)[-1]
+    merged = [r for r in pulls if r.pull_request is not None and r.pull_request.merged]
+    return _pull_ref((merged or pulls)[-1], closed_issue=False)
+
+
+def _closer(
+    pulls: list[ForgeRefIssue], close: ForgeTimelineEntry | None, merge_commit: MergeCommit | None
+) -> ForgeRefIssue | None:
+    """The pull request whose merge made the issue's final `close`: the close names a
+    commit (Gitea's `ChangeStatus` records the merge commit as the close's `ref_commit_sha`;
+    a close by hand names none) and the pull request was merged at or before it, the latest
+    such; of several merged in that second, the one whose merge commit the close names. A
+    merge resolves a closing reference only while the issue is open
+    (`services/pull/merge.go`), so a merge after a close by hand closed nothing."""
+    if close is None or not close.ref_commit_sha:
+        return None
+    merged = [
+        (ref, ref.pull_request.merged_at)
+        for ref in pulls
+        if ref.pull_request is not None
+        and ref.pull_request.merged_at is not None
+        and ref.pull_request.merged_at <= close.created_at
+    ]
+    latest = max((moment for _, moment in merged), default=None)
+    last = [ref for ref, moment in merged if moment == latest]
+    if len(last) > 1 and merge_commit is not None:
+        named = [ref for ref in last if merge_commit(ref) == close.ref_commit_sha]
+        last = named or last
+    return last[-1] if last else None
+
+
+def _pull_ref(ref: ForgeRefIssue, *, closed_issue: bool) -> PullRequestRef:
+    pull = ref.pull_request
+    assert pull is not None
     return PullRequestRef(
         number=ref.number,
         url=pull.html_url or ref.html_url,
         merged=pull.merged,
+        closed_issue=closed_issue,
+        repo=ref.repo or None,
         merged_at=pull.merged_at,
     )
 

@@ -1,15 +1,20 @@
 """ChangeScout: which repos a poll cycle must visit, found with one request.
 
 With one repo per batch, listing every live repo costs one request per repo per cycle.
-Instead, one cross-repo search (`/repos/issues/search`, owner, `eval-task`, `since` the
-previous search) names the issues that changed in any of them; only those repos are
-visited, and the search's issues stand in for their listings. A repo is visited without
-a search result when one of its batches has work of its own: a new batch, an intake to
-finish, a cancel, a deadline, a retry, results still settling. Every `full_poll_every`th
-cycle asks each repo's open-issue count instead (`/repos/search`, one request per 50 repos)
-and visits only the repos whose count is lower than the store expects: a closure the search
-missed (one incremental listing) or a deleted issue (that repo listed in full). The next
-search's window starts where the previous search's ended, so skipping it loses nothing.
+Instead, one cross-repo search (`/repos/issues/search`, owner, `since` the previous search)
+names the issues that changed in any of them; only those repos are visited, and the
+search's issues stand in for their listings. The search has no label filter (Gitea would
+hand its indexer one label id per repo of the instance that has the label): the owner
+filter bounds it, and an issue counts when its marker names a batch of the cycle (a batch
+whose issues answer under another repo name is listed by its own name: a renamed repo
+redirects, and the visit learns the new name). A repo is visited without a search result
+when one of its batches has work of its own: a new batch, an intake to finish, a cancel, a
+deadline, a retry, results still settling. Every
+`full_poll_every`th cycle asks each repo's open-issue count instead (`/repos/search`, one
+request per 50 repos) and visits only the repos whose count is lower than the store
+expects: a closure the search missed (one incremental listing) or a deleted issue (that
+repo listed in full). The next search's window starts where the previous search's ended,
+so skipping it loses nothing.
 
 Gitea answers the search from its issue indexer, updated through a queue; `since`
 overlaps the previous search by `SEARCH_OVERLAP` (10 s: the queue normally drains within a
@@ -26,6 +31,7 @@ from datetime import datetime, timedelta
 from .app import App
 from .attempts import is_due
 from .forge import ForgeIssue, require_client
+from .markers import read_marker
 from .models import BatchRecord, TaskStatus, utcnow
 from .opentasks import unsettled_of
 from .poller import LOCAL_CLOCK_MARGIN, Counted, Listed
@@ -73,18 +79,16 @@ class ChangeScout:
             return self._reconcile(batches, every, gitea.listed_at)
         counts = gitea.open_counts(owner) if full else None
         counted_at = gitea.listed_at
-        label = self.app.settings.task_label
         gitea.listed_at = None
-        found: dict[str, list[ForgeIssue]] = {}
-        for issue in gitea.search_issues(owner, state="all", labels=label, since=since):
-            found.setdefault(issue.repo.casefold(), []).append(issue)
+        searched = gitea.search_issues(owner, state="all", since=since)
+        found, elsewhere = self._by_batch_repo(searched, batches)
         searched_at = gitea.listed_at or utcnow() - LOCAL_CLOCK_MARGIN
         plan: dict[str, Visit] = {}
         known: dict[str, datetime] = {}
         for repo, repo_batches in batches.items():
             issues = found.get(repo.casefold(), [])
             covered = self._covered(repo, repo_batches, since)
-            if not covered:  # changes before the search's window: list the repo
+            if not covered or repo.casefold() in elsewhere:  # list the repo by its name
                 plan[repo] = Visit()
             elif issues or any(_own_work(b) for b in repo_batches):
                 plan[repo] = Visit((issues, searched_at))
@@ -95,6 +99,27 @@ class ChangeScout:
                 plan[repo] = Visit(full=True, open_count=(count, counted_at))  # one vanished
         self.searched_at, self.known, self.counted = searched_at, known, False
         return plan
+
+    def _by_batch_repo(
+        self, issues: Iterable[ForgeIssue], batches: dict[str, list[BatchRecord]]
+    ) -> tuple[dict[str, list[ForgeIssue]], set[str]]:
+        """The searched issues whose marker names a batch of the cycle, by that batch's repo
+        (case-folded), and the batch repos named by issues found in another repo: those are
+        listed under their own name, where the forge's redirect tells a rename (a copied
+        marker in another repo proves nothing)."""
+        repo_of = {b.batch_id: repo.casefold() for repo, group in batches.items() for b in group}
+        found: dict[str, list[ForgeIssue]] = {}
+        elsewhere: set[str] = set()
+        for issue in issues:
+            marked = read_marker(issue.body)
+            repo = repo_of.get(marked[0]) if marked is not None else None
+            if repo is None:
+                continue  # a human's issue, or a batch this cycle does not poll
+            if issue.repo and issue.repo.casefold() != repo:
+                elsewhere.add(repo)
+            else:
+                found.setdefault(repo, []).append(issue)
+        return found, elsewhere
 
     def _reconcile(
         self,

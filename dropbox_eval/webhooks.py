@@ -2,14 +2,15 @@
 
 Gitea/Forgejo POST an event when an issue is closed, labelled or commented, or a pull
 request changes. A delivery is accepted only when it is signed with the shared secret
-(`X-Gitea-Signature` / `X-Forgejo-Signature`: hex HMAC-SHA256 of the body), was not seen
-before, and names a repo of a running batch; it then asks the forge worker to poll that
-repo now instead of at the next interval. "Seen before" is its delivery id
-(`X-Gitea-Delivery`) or its body: the signature covers the body only, so a captured body
-sent again under a new delivery id is refused too, for REPLAY_WINDOW seconds (a digest of
-each body is kept that long). A body that is not well-formed JSON of sane depth naming its
-repository is refused as `bad_payload` (400). Every refusal is counted and changes
-nothing: the delivery carries no result, the service reads the issue itself.
+(`X-Gitea-Signature` / `X-Forgejo-Signature`: hex HMAC-SHA256 of the JSON payload: the body,
+or with a hook of the `form` content type its `payload` field, which is what Gitea signs),
+was not seen before, and names a repo of a running batch; it then asks the forge worker to
+poll that repo now instead of at the next interval. "Seen before" is its delivery id
+(`X-Gitea-Delivery`) or its payload: the signature covers the payload only, so a captured
+one sent again under a new delivery id is refused too, for REPLAY_WINDOW seconds (a digest
+of each is kept that long). A payload that is not well-formed JSON of sane depth naming its
+repository is refused as `bad_payload` (400). Every refusal is counted and changes nothing:
+the delivery carries no result, the service reads the issue itself.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -94,6 +96,7 @@ class WebhookReceiver:
         signature = headers.get("x-gitea-signature") or headers.get("x-forgejo-signature")
         if not signature:
             return 401, "unsigned"
+        body = signed_payload(headers, body)
         expected = hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(signature.strip().lower(), expected):
             return 401, "bad_signature"
@@ -126,6 +129,17 @@ class WebhookReceiver:
                 while len(remembered) > REMEMBERED_DELIVERIES:
                     remembered.popitem(last=False)
         return True
+
+
+def signed_payload(headers: Mapping[str, str], body: bytes) -> bytes:
+    """The JSON payload Gitea signed: the body, or the `payload` field of a form body
+    (`services/webhook/deliver.go`: the form carries `payload=<JSON>`, the signature
+    covers the JSON). A form without one gives b"" (its signature cannot match)."""
+    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        return body
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return fields.get("payload", [""])[0].encode("utf-8")
 
 
 def _delivery_id(headers: Mapping[str, str]) -> str:

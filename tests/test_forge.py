@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from dropbox_eval.errors import ForgeAuthError, ForgeNotFound, ForgeRetryable
-from dropbox_eval.forge import GiteaClient
+from dropbox_eval.forge import ForgeIssue, GiteaClient
 from dropbox_eval.forgehttp import forge_outcome
 from dropbox_eval.models import utcnow
 from dropbox_eval.sandbox import SandboxForge
@@ -99,8 +99,11 @@ def test_bad_token_and_missing_issue(forge: SandboxForge) -> None:
     good.ensure_repo(repo)
     with pytest.raises(ForgeNotFound):
         good.get_issue(repo, 99)
+    gone = ForgeIssue(
+        number=99, title="", state="closed", labels=[], html_url="", updated_at=utcnow()
+    )
     with pytest.raises(ForgeNotFound):
-        good.timeline(repo, 99)  # Gitea answers 500 here; the client checks the issue
+        good.timeline(repo, gone)  # Gitea answers 500 here; the client checks the issue
 
 
 def test_since_is_sent_as_strict_rfc3339(client: GiteaClient, forge: SandboxForge) -> None:

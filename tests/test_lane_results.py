@@ -21,8 +21,8 @@ from conftest import PATIENCE, wait_for
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import ForgeNotFound
-from dropbox_eval.forge import GiteaClient
-from dropbox_eval.models import TaskRecord
+from dropbox_eval.forge import ForgeIssue, GiteaClient
+from dropbox_eval.models import TaskRecord, utcnow
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
 from dropbox_eval.sandbox.lane_config import LaneConfig
 
@@ -139,23 +139,27 @@ def test_a_verdict_after_the_close_is_waited_for(settings: Settings, forge: Sand
     batch_id = app.intake.submit_batch("acme", TASKS)["batch_id"]
     lane, now = _lane(forge, close_first=True, comment_lag=2), time.time() + 1
     lane.run_once(now)  # merged / abandoned and closed; no verdict yet
+    forge.clear_requests()
     app.poller.poll_completed(batch_id)
     early = _by_id(app, batch_id)
     assert {t.status for t in early.values()} == {"open"}
     assert early["good"].settling is not None and early["bad"].settling is not None
-    assert early["good"].settling.status == "passed"  # merged
-    assert early["bad"].settling.status == "no_verdict"  # abandoned, no label yet
-    picked = f"Controller picked up #{early['bad'].issue_number}; implementing."
-    assert early["bad"].settling.result.summary == picked  # issues are created in parallel
+    # nothing is read before the issue settled: what a reading says now could change
+    assert early["good"].settling.status is None and early["bad"].settling.result is None
+    assert not [r for r in forge.requests if r.path.endswith("/timeline")]
     lane.run_once(now + 2)  # the verdict label and comment, 2 s after the close
     forge.clear_requests()
     app.poller.poll_completed(batch_id)
-    assert sum(1 for r in forge.requests if r.path.endswith("/timeline")) == 2
+    assert not [r for r in forge.requests if r.path.endswith("/timeline")]
     assert "state=all" in forge.requests[0].query  # while settling, reopens are listed
+    moved = _by_id(app, batch_id)["bad"].settling
+    assert moved is not None and early["bad"].settling.seen != moved.seen
     forge.clear_requests()
-    app.poller.poll_completed(batch_id)  # nothing changed: no timeline is read again
+    app.poller.poll_completed(batch_id)  # nothing changed: only the listing
     assert [r.path.rsplit("/", 1)[-1] for r in forge.requests] == ["issues"]
     _settle(app, batch_id)
+    timelines = [r for r in forge.requests if r.path.endswith("/timeline")]
+    assert len(timelines) == 2  # each issue's timeline read once, at settle time
     results = _report(app, batch_id)
     assert results["bad"]["status"] == "failed"
     assert results["bad"]["summary"] == 'Lane verdict: FAIL for "Bad task".'
@@ -187,7 +191,7 @@ def test_reopened_before_settling_is_polled_again(settings: Settings, forge: San
     app.poller.poll_completed(batch_id)
     first = app.store.get_tasks(batch_id)[0]
     assert first.status == "open" and first.settling is not None
-    assert first.settling.status == "no_verdict"
+    assert first.settling.status is None  # read once settled, not before
     reopened = requests.patch(
         f"{forge.url}/api/v1/repos/{repo}/issues/{number}",
         json={"state": "open"},
@@ -223,8 +227,11 @@ def test_timeline_of_a_missing_issue_is_not_found(forge: SandboxForge) -> None:
     repo = f"{forge.user}/gone"
     client.ensure_repo(repo)
     forge.clear_requests()
+    gone = ForgeIssue(
+        number=7, title="", state="closed", labels=[], html_url="", updated_at=utcnow()
+    )
     with pytest.raises(ForgeNotFound):
-        client.timeline(repo, 7)
+        client.timeline(repo, gone)
     statuses = [(r.path.rsplit("/", 1)[-1], r.status) for r in forge.requests]
     if forge.state.flavor.name == "gitea":  # 500, confirmed by a GET: 404
         assert statuses == [("timeline", 500), ("7", 404)]

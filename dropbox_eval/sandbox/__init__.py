@@ -1,5 +1,6 @@
 """Gitea-compatible in-memory sandbox forge and simulated lane for demos and tests."""
 
+from .clock import ManualClock
 from .faults import RequestLogEntry, RequestStart
 from .lane import SimulatedLane
 from .lane_config import LaneConfig
@@ -10,6 +11,7 @@ from .state import ForgeState
 __all__ = [
     "ForgeState",
     "LaneConfig",
+    "ManualClock",
     "RequestLogEntry",
     "RequestStart",
     "SandboxForge",

@@ -36,6 +36,13 @@ class Flavor:
         """Status for comments/timeline of a missing issue: Gitea 500, Forgejo 404."""
         return 500 if self.name == "gitea" else 404
 
+    def archived_message(self, repo_id: int, full_name: str) -> str:
+        """The 423 of a write to an archived repo (`mustNotBeArchived`): Gitea's wording, or
+        Forgejo's `<Repository id:owner/name> is archived`."""
+        if self.name == "forgejo":
+            return f"<Repository {repo_id}:{full_name}> is archived"
+        return "repo is archived"
+
     def accepts_scheme(self, scheme: str) -> bool:
         """Gitea: `token`/`bearer` in any case; Forgejo: lower-case `token` or any-case bearer."""
         if self.name == "forgejo":

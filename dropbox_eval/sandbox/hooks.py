@@ -3,11 +3,14 @@
 Hooks are registered per repo, per org or per user (`/repos/{o}/{r}/hooks`,
 `/orgs/{org}/hooks`, `/user/hooks`); an owner's hook fires for all of its repos. Each
 delivery is a POST with Gitea's headers (`X-Gitea-Event`, `X-Gitea-Event-Type`,
-`X-Gitea-Delivery`, `X-Gitea-Signature` = hex HMAC-SHA256 of the body with the hook's
-secret, the same as `X-Forgejo-*`, `X-Gogs-*` and `X-Hub-Signature-256: sha256=...`) and
-the payload shapes of Gitea's `IssuePayload`, `IssueCommentPayload` and
-`PullRequestPayload`. Deliveries leave from one background thread, in order, after the
-change is made; a failed delivery is recorded and not retried (Gitea retries only by hand).
+`X-Gitea-Delivery`, `X-Gitea-Signature` = hex HMAC-SHA256 of the JSON payload with the
+hook's secret, the same as `X-Forgejo-*`, `X-Gogs-*` and `X-Hub-Signature-256: sha256=...`)
+and the payload shapes of Gitea's `IssuePayload`, `IssueCommentPayload` and
+`PullRequestPayload`. A hook with the `form` content type gets `payload=<urlencoded JSON>`,
+still signed over the JSON (Gitea's `services/webhook/deliver.go`, `Deliver`). Deliveries
+leave from one background thread, in order, after the change is made; a failed delivery is
+recorded and not retried (Gitea retries only by hand). A payload is built only when a hook
+wants the event, so a change without hooks costs nothing here.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 import requests
 
@@ -48,6 +53,7 @@ class Hook:
     events: list[str]
     active: bool = True
     created: float = field(default_factory=time.time)
+    content_type: str = "json"  # or "form"
 
     def wants(self, event_type: str) -> bool:
         """Whether this hook subscribes to `event_type`."""
@@ -65,7 +71,7 @@ class Hook:
             "authorization_header": "",
             "created_at": stamp,
             "updated_at": stamp,
-            "config": {"url": self.url, "content_type": "json"},
+            "config": {"url": self.url, "content_type": self.content_type},
         }
 
 
@@ -91,11 +97,16 @@ class HookRegistry:
         self._queue: queue.Queue[tuple[Hook, str, bytes]] = queue.Queue()
         self.deliveries: list[Delivery] = []
         self._thread: threading.Thread | None = None
+        self._pending = 0  # queued and not sent yet
+        self._idle = threading.Condition()
 
-    def add(self, scope: str, url: str, secret: str, events: list[str]) -> Hook:
+    def add(
+        self, scope: str, url: str, secret: str, events: list[str], content_type: str = "json"
+    ) -> Hook:
         """Register a hook (`scope` is `repo:o/r` or `owner:login`)."""
         with self._lock:
             hook = Hook(next(self._ids), scope, url, secret, events or ["push"])
+            hook.content_type = content_type
             self._hooks[hook.id] = hook
         return hook
 
@@ -113,17 +124,28 @@ class HookRegistry:
             del self._hooks[hook_id]
             return True
 
-    def notify(self, event_type: str, repo: Repo, payload: JSON) -> None:
-        """Queue a delivery to every hook of the repo or its owner that wants the event."""
+    def notify(self, event_type: str, repo: Repo, payload: Callable[[], JSON]) -> None:
+        """Queue a delivery to every hook of the repo or its owner that wants the event;
+        `payload` is called only then."""
+        if not self._hooks:
+            return
         scopes = {f"repo:{repo.full_name}".lower(), f"owner:{repo.owner.login}".lower()}
         with self._lock:
             hooks = [h for h in self._hooks.values() if h.scope in scopes and h.wants(event_type)]
         if not hooks:
             return
-        body = json.dumps(payload).encode()
+        body = json.dumps(payload()).encode()
+        with self._idle:
+            self._pending += len(hooks)
         for hook in hooks:
             self._queue.put((hook, event_type, body))
         self._ensure_sender()
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every delivery queued so far was sent (answered or failed); False
+        on timeout (tests step a history and let each change's deliveries land)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def _ensure_sender(self) -> None:
         with self._lock:
@@ -138,15 +160,27 @@ class HookRegistry:
             try:
                 hook, event_type, body = self._queue.get(timeout=5.0)
             except queue.Empty:
-                return
+                with self._lock:  # a delivery queued meanwhile keeps this thread going
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
             self.deliveries.append(send(hook, event_type, body))
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
 
 
-def headers_for(event_type: str, delivery_id: str, body: bytes, secret: str) -> dict[str, str]:
-    """Gitea's webhook headers (and Forgejo's, Gogs' and GitHub's aliases)."""
+def headers_for(
+    event_type: str, delivery_id: str, body: bytes, secret: str, content_type: str = "json"
+) -> dict[str, str]:
+    """Gitea's webhook headers (and Forgejo's, Gogs' and GitHub's aliases); `body` is the
+    JSON payload, which the signature covers whatever the content type."""
     event = "issues" if event_type == "issue_label" else event_type
     signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest() if secret else ""
-    headers = {"Content-Type": "application/json", "User-Agent": "Go-http-client/1.1"}
+    form = content_type == "form"
+    kind = "application/x-www-form-urlencoded" if form else "application/json"
+    headers = {"Content-Type": kind, "User-Agent": "Go-http-client/1.1"}
     for prefix in ("X-Gitea", "X-Forgejo", "X-Gogs", "X-GitHub"):
         headers[f"{prefix}-Delivery"] = delivery_id
         headers[f"{prefix}-Event"] = event
@@ -161,9 +195,10 @@ def headers_for(event_type: str, delivery_id: str, body: bytes, secret: str) -> 
 def send(hook: Hook, event_type: str, body: bytes) -> Delivery:
     """POST one delivery; its outcome (never raises)."""
     delivery_id = str(uuid.uuid4())
-    headers = headers_for(event_type, delivery_id, body, hook.secret)
+    headers = headers_for(event_type, delivery_id, body, hook.secret, hook.content_type)
+    sent = urlencode({"payload": body.decode()}).encode() if hook.content_type == "form" else body
     try:
-        answer = requests.post(hook.url, data=body, headers=headers, timeout=DELIVERY_TIMEOUT)
+        answer = requests.post(hook.url, data=sent, headers=headers, timeout=DELIVERY_TIMEOUT)
     except requests.RequestException as exc:
         return Delivery(hook.id, event_type, delivery_id, None, str(exc))
     return Delivery(hook.id, event_type, delivery_id, answer.status_code)
@@ -194,10 +229,12 @@ def issue_payload(action: str, issue: Issue, sender: Account, base_url: str) -> 
     }
 
 
-def comment_payload(issue: Issue, comment: JSON, sender: Account, base_url: str) -> JSON:
-    """Gitea's IssueCommentPayload for a new comment."""
+def comment_payload(
+    issue: Issue, comment: JSON, sender: Account, base_url: str, action: str = "created"
+) -> JSON:
+    """Gitea's IssueCommentPayload for a new (or edited) comment."""
     return {
-        "action": "created",
+        "action": action,
         "issue": issue.to_json(base_url),
         "pull_request": None,
         "comment": comment,

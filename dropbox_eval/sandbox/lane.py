@@ -8,7 +8,6 @@ see `lane_pulls`. Holds (`gate`) keep chosen repos/issues untouched until releas
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from .lane_config import LaneConfig, LaneGate
@@ -71,7 +70,7 @@ class SimulatedLane:
         """Do what is due at `now` (default: the current time); returns actions taken
         (`labels` mode: issues closed; `pulls` mode: pick-ups, merges/abandons, late verdicts).
         Plans of the `pulls` mode keep advancing after a switch back to `labels`."""
-        config, when = self.config, time.time() if now is None else now
+        config, when = self.config, self.state.now() if now is None else now
         with self.state.lock:
             actions = self._pulls.step(config, when, pick_up=config.mode == "pulls")
             if config.mode == "labels":

@@ -1,10 +1,12 @@
-"""ASGI middleware for `/api/v1`: delay, fault injection, token auth and request logging."""
+"""ASGI middleware for `/api/v1`: delay, fault injection, token auth, renamed repos'
+redirects and request logging."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
+import re
+from collections.abc import Callable
 from email.utils import formatdate
 
 from starlette.requests import ClientDisconnect
@@ -17,6 +19,7 @@ from .state import ForgeState
 API_PREFIX = "/api/v1"
 PUBLIC_PATHS = frozenset({"/api/v1/version"})
 USER_KEY = "sandbox_user"
+_REPO_PATH = re.compile(r"^/api/v1/repos/([^/]+)/([^/]+)(?:/|$)")
 
 
 class ApiMiddleware:
@@ -30,7 +33,7 @@ class ApiMiddleware:
         """Handle one ASGI connection scope."""
         path: str = scope.get("path", "")
         if scope["type"] == "http":
-            send = _dated(send)
+            send = _dated(send, self.state.now)
         if scope["type"] != "http" or not _is_api(path):
             await self.app(scope, receive, send)
             return
@@ -70,7 +73,24 @@ class ApiMiddleware:
                 await _reply(send, 401, error_body(401, problem, self.state.base_url))
                 return
             scope[USER_KEY] = login
+        location = self._moved(scope, path)
+        if location is not None:
+            await _redirect(send, self.state.redirect_status, location)
+            return
         await self.app(scope, receive, send)
+
+    def _moved(self, scope: Scope, path: str) -> str | None:
+        """Gitea's `RedirectToRepo` for a renamed repo's old path: the same path (and query)
+        under the new `owner/name`, for every method."""
+        match = _REPO_PATH.match(path)
+        moved = self.state.moved_to(match.group(1), match.group(2)) if match else None
+        if match is None or moved is None:
+            return None
+        old = f"{match.group(1)}/{match.group(2)}"
+        raw = scope.get("raw_path") or path.encode()
+        location = raw.decode("latin-1").replace(old, moved, 1)
+        query = scope.get("query_string", b"").decode("latin-1")
+        return f"{location}?{query}" if query else location
 
     def _authenticate(self, scope: Scope) -> tuple[str | None, str]:
         header = b""
@@ -85,13 +105,13 @@ class ApiMiddleware:
         return login, "user does not exist [uid: 0, name: ]"
 
 
-def _dated(send: Send) -> Send:
-    """Adds `Date` from the clock at the moment of answering, as Gitea's Go server does
-    (the forge's clock is what `since` and settling are measured against)."""
+def _dated(send: Send, clock: Callable[[], float]) -> Send:
+    """Adds `Date` from the forge's clock at the moment of answering, as Gitea's Go server
+    does (the forge's clock is what `since` and settling are measured against)."""
 
     async def dated_send(message: Message) -> None:
         if message["type"] == "http.response.start":
-            stamp = formatdate(time.time(), usegmt=True).encode("latin-1")
+            stamp = formatdate(clock(), usegmt=True).encode("latin-1")
             headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
             message = {**message, "headers": [*headers, (b"date", stamp)]}
         await send(message)
@@ -101,6 +121,12 @@ def _dated(send: Send) -> Send:
 
 def _is_api(path: str) -> bool:
     return path == API_PREFIX or path.startswith(API_PREFIX + "/")
+
+
+async def _redirect(send: Send, status: int, location: str) -> None:
+    headers = [(b"location", location.encode("latin-1")), (b"content-length", b"0")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def _reply_fault(send: Send, fault: Fault) -> None:

@@ -77,6 +77,12 @@ class Repo:
     issues: dict[int, Issue] = field(default_factory=dict)
     comments: dict[int, Comment] = field(default_factory=dict)
     last_index: int = 0
+    archived: bool = False
+    # kept on every open/close like Gitea's num_issues/num_closed_issues columns, so a
+    # change never counts the repo's issues (a webhook payload carries these counts)
+    open_issues: int = 0
+    open_pulls: int = 0
+    open_heads: dict[tuple[str, str], int] = field(default_factory=dict)  # open PRs by branches
 
     @property
     def full_name(self) -> str:
@@ -95,15 +101,12 @@ class Repo:
             "clone_url": f"{base_url}/{self.full_name}.git",
             "private": self.private,
             "empty": self.empty,
-            "archived": False,
+            "archived": self.archived,
             "default_branch": "main",
             "has_issues": True,
-            "open_issues_count": self._open(pulls=False),
-            "open_pr_counter": self._open(pulls=True),
+            "open_issues_count": self.open_issues,
+            "open_pr_counter": self.open_pulls,
         }
-
-    def _open(self, *, pulls: bool) -> int:
-        return sum(1 for i in self.issues.values() if i.closed is None and i.is_pull == pulls)
 
 
 @dataclass(eq=False)
@@ -150,6 +153,7 @@ class Pull:
     merged: float | None = None
     merge_sha: str | None = None
     merged_by: Account | None = None
+    ref_events: list[Event] = field(default_factory=list)  # its `pull_ref`s on other issues
 
 
 @dataclass(eq=False)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from .errors import ForgeError
 
 MAX_RESPONSE_ITEMS = 50
 DEFAULT_PAGING_NUM = 30
+ISSUE_PAGING_NUM = 20  # setting.UI.IssuePagingNum: the default page of /repos/issues/search
 REPO_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _COLOR = re.compile(r"^#([0-9a-f]{3}|[0-9a-f]{6})$")
+T = TypeVar("T")
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 
 
@@ -57,11 +60,21 @@ def parse_time(value: str | None) -> int | None:
     return int(parsed.timestamp() // 1)
 
 
-def page_size(limit: int | None) -> int:
-    """Apply Gitea's default page size and silent cap."""
+def page_size(limit: int | None, default: int | None = None) -> int:
+    """Apply Gitea's default page size (`default`, else `DEFAULT_PAGING_NUM`) and its
+    silent cap at `MAX_RESPONSE_ITEMS` (`convert.ToCorrectPageSize`)."""
     if limit is None or limit <= 0:
-        return DEFAULT_PAGING_NUM
+        return default or DEFAULT_PAGING_NUM
     return min(limit, MAX_RESPONSE_ITEMS)
+
+
+def paged(items: list[T], page: int | None, limit: int | None) -> list[T]:
+    """One page of `items`, or all of them without a `page` >= 1: Gitea paginates these
+    lists only `if opts.Page > 0` (labels, comments, the timeline)."""
+    if page is None or page <= 0:
+        return items
+    size = page_size(limit)
+    return items[(page - 1) * size : page * size]
 
 
 def page_links(base: str, params: list[tuple[str, str]], page: int, limit: int, total: int) -> str:

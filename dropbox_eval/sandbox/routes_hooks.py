@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from .errors import ForgeError, NotFoundError
-from .query import page_size
+from .query import ISSUE_PAGING_NUM, page_size
 from .routes_issues import issue_query
 from .schemas import CreateHookOption
 from .web import body, forge, index, int_param, login, paged_reply, reply, total_headers
@@ -16,9 +16,10 @@ router = APIRouter(prefix="/api/v1")
 
 @router.get("/repos/issues/search")
 async def search_issues(request: Request) -> JSONResponse:
-    """Issues of every repo (of `owner`, if given), newest first; labels are ORed, and
-    changes newer than the indexer lag are not seen yet (Gitea searches its indexer)."""
-    query = issue_query(request)
+    """Gitea's `SearchIssues`: issues of every repo (of `owner`, if given; 400 when unknown),
+    newest first, 20 a page by default (`UI.IssuePagingNum`), with `Link`; labels are ORed
+    across the instance, and changes newer than the indexer lag are not seen yet."""
+    query = issue_query(request, ISSUE_PAGING_NUM)
     items, total = forge(request).search_issues(request.query_params.get("owner"), query)
     return paged_reply(request, items, total, query.page, query.limit)
 
@@ -27,7 +28,12 @@ async def _add(request: Request, scope: str) -> JSONResponse:
     opt = await body(request, CreateHookOption)
     if opt.type not in ("gitea", "gogs", "forgejo"):
         raise ForgeError(422, f"Invalid hook type: {opt.type}")
-    hook = forge(request).hooks.add(scope, opt.config.url, opt.config.secret, opt.events or [])
+    if opt.config.content_type not in ("json", "form"):  # Gitea's IsValidHookContentType
+        raise ForgeError(422, "Invalid content type")
+    config = opt.config
+    hook = forge(request).hooks.add(
+        scope, config.url, config.secret, opt.events or [], config.content_type
+    )
     hook.active = opt.active
     return reply(hook.to_json(), 201)
 

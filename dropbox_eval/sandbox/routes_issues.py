@@ -13,8 +13,9 @@ from .web import body, forge, index, int_param, login, paged_reply, reply, total
 router = APIRouter(prefix="/api/v1/repos/{owner}/{repo}/issues")
 
 
-def issue_query(request: Request) -> IssueQuery:
-    """The filters and paging of an issue list or search request, read like Gitea."""
+def issue_query(request: Request, default_limit: int | None = None) -> IssueQuery:
+    """The filters and paging of an issue list or search request, read like Gitea
+    (`default_limit`: the search's own default page size)."""
     params = request.query_params
     state = params.get("state", "open")
     labels = params.get("labels", "")
@@ -24,7 +25,7 @@ def issue_query(request: Request) -> IssueQuery:
         since=parse_time(params.get("since")),
         before=parse_time(params.get("before")),
         page=max(1, int_param(request, "page") or 1),
-        limit=page_size(int_param(request, "limit")),
+        limit=page_size(int_param(request, "limit"), default_limit),
         pulls_only=params.get("type") == "pulls",
         issues_only=params.get("type") == "issues",
     )
@@ -69,6 +70,22 @@ async def repo_comments(request: Request, owner: str, repo: str) -> JSONResponse
         limit=int_param(request, "limit"),
     )
     return reply(items, headers=total_headers(total))
+
+
+@router.patch("/comments/{comment_id}")
+async def edit_comment(request: Request, owner: str, repo: str, comment_id: str) -> JSONResponse:
+    """Gitea's `EditIssueComment` (200); the issue itself is not touched."""
+    opt = await body(request, CreateCommentOption)
+    comment = forge(request).edit_comment(owner, repo, index(comment_id), login(request), opt.body)
+    return reply(comment)
+
+
+@router.patch("/{number}/comments/{comment_id}")
+async def edit_comment_deprecated(
+    request: Request, owner: str, repo: str, number: str, comment_id: str
+) -> JSONResponse:
+    """`EditIssueCommentDeprecated`: the issue index is ignored."""
+    return await edit_comment(request, owner, repo, comment_id)
 
 
 @router.get("/{number}")
@@ -139,6 +156,17 @@ async def add_issue_labels(request: Request, owner: str, repo: str, number: str)
         owner, repo, index(number), ids, names, doer=login(request)
     )
     return reply(labels)
+
+
+@router.delete("/{number}/labels/{label_id}")
+async def remove_issue_label(
+    request: Request, owner: str, repo: str, number: str, label_id: str
+) -> Response:
+    """Take one label off an issue: 204; 422 for an unknown label id."""
+    forge(request).remove_issue_label(
+        owner, repo, index(number), index(label_id), doer=login(request)
+    )
+    return Response(status_code=204)
 
 
 def _quirk(request: Request) -> bool:

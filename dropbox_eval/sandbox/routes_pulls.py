@@ -102,5 +102,6 @@ async def timeline(request: Request, owner: str, repo: str, number: str) -> JSON
         before=parse_time(params.get("before")),
         page=int_param(request, "page"),
         limit=int_param(request, "limit"),
+        caller=login(request),
     )
     return reply(items, headers=total_headers(len(items)))

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from .query import DEFAULT_PAGING_NUM, MAX_RESPONSE_ITEMS
-from .schemas import CreateLabelOption, CreateRepoOption
+from .schemas import CreateLabelOption, CreateRepoOption, EditLabelOption, EditRepoOption
 from .web import body, forge, index, int_param, login, reply, total_headers
 
 router = APIRouter(prefix="/api/v1")
@@ -68,6 +68,16 @@ async def get_repo(request: Request, owner: str, repo: str) -> JSONResponse:
     return reply(forge(request).get_repo(owner, repo))
 
 
+@router.patch("/repos/{owner}/{repo}")
+async def edit_repo(request: Request, owner: str, repo: str) -> JSONResponse:
+    """Gitea's `EditRepo`: rename (the old name then redirects) or archive; 200."""
+    opt = await body(request, EditRepoOption)
+    edited = forge(request).edit_repo(
+        owner, repo, new_name=opt.name, archived=opt.archived, description=opt.description
+    )
+    return reply(edited)
+
+
 @router.get("/repos/{owner}/{repo}/labels")
 async def list_labels(request: Request, owner: str, repo: str) -> JSONResponse:
     """Repo labels; all unless `page` is given."""
@@ -83,6 +93,21 @@ async def create_label(request: Request, owner: str, repo: str) -> JSONResponse:
     opt = await body(request, CreateLabelOption)
     label = forge(request).create_label(owner, repo, opt.name, opt.color, opt.description or "")
     return reply(label, 201)
+
+
+@router.patch("/repos/{owner}/{repo}/labels/{label_id}")
+async def edit_label(request: Request, owner: str, repo: str, label_id: str) -> JSONResponse:
+    """Gitea's `EditLabel`: name, color, description; 200, 404 unknown, 422 bad color."""
+    opt = await body(request, EditLabelOption)
+    label = forge(request).edit_label(
+        owner,
+        repo,
+        index(label_id),
+        new_name=opt.name,
+        color=opt.color,
+        description=opt.description,
+    )
+    return reply(label)
 
 
 @router.delete("/repos/{owner}/{repo}/labels/{label_id}")

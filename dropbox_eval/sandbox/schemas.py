@@ -71,9 +71,26 @@ class EditIssueOption(_Option):
 
 
 class CreateCommentOption(_Option):
-    """Body of `POST /repos/{o}/{r}/issues/{n}/comments`."""
+    """Body of `POST /repos/{o}/{r}/issues/{n}/comments` (and of a comment edit, Gitea's
+    `EditIssueCommentOption`)."""
 
     body: str = ""
+
+
+class EditRepoOption(_Option):
+    """Body of `PATCH /repos/{o}/{r}` (the fields the sandbox acts on)."""
+
+    name: str | None = None
+    description: str | None = None
+    archived: bool | None = None
+
+
+class EditLabelOption(_Option):
+    """Body of `PATCH /repos/{o}/{r}/labels/{id}`."""
+
+    name: str | None = None
+    color: str | None = None
+    description: str | None = None
 
 
 class IssueLabelsOption(_Option):

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..webserver import BackgroundServer
 from .app import create_app
+from .clock import Clock
 from .faults import RequestLogEntry, RequestStart
 from .flavor import Flavor, FlavorName
 from .lane import SimulatedLane
@@ -19,7 +20,8 @@ class SandboxForge:
     """A Gitea- or Forgejo-flavoured forge on 127.0.0.1, optionally with a simulated lane.
 
     `lane` (a `LaneConfig`) wins over `lane_delay`/`lane_interval`; `hold_lane` starts with
-    every issue held until released.
+    every issue held until released; `clock` (e.g. a `ManualClock`) stamps every change and
+    the `Date` header instead of the machine's clock.
     """
 
     def __init__(
@@ -34,13 +36,18 @@ class SandboxForge:
         repo_quota: int | None = None,
         lane: LaneConfig | None = None,
         hold_lane: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self.port = port
         self.token = token
         self.user = user
         self.url = f"http://127.0.0.1:{port}"
         self.state = ForgeState(
-            token=token, user=user, base_url=self.url, flavor=Flavor(flavor, repo_quota)
+            token=token,
+            user=user,
+            base_url=self.url,
+            flavor=Flavor(flavor, repo_quota),
+            clock=clock,
         )
         self.lane: SimulatedLane | None = None
         if lane is None and lane_delay is not None:

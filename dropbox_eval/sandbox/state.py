@@ -2,25 +2,24 @@
 
 Every public method takes `self.lock` and returns Gitea-shaped JSON dicts, so callers
 never see records while another thread mutates them. Accounts, repos and labels live in
-`state_base`, pull requests in `state_pulls`; this module holds issues and comments.
+`state_base`, repo edits in `state_repos`, pull requests in `state_pulls`, comments and
+the timeline in `state_comments`; this module holds issues, their labels and the searches.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 
 from .errors import ForgeError
-from .models import JSON, Account, Comment, Issue, Repo
-from .query import IssueQuery, page_size
+from .models import JSON, Account, Issue, Repo
+from .query import IssueQuery
 from .state_base import LANE_BOT
-from .state_pulls import PullsMixin
-from .timeline import entries, entry_json, in_window
+from .state_comments import CommentsMixin
 
 __all__ = ["LANE_BOT", "ForgeState"]
 
 
-class ForgeState(PullsMixin):
+class ForgeState(CommentsMixin):
     """Users/orgs, repos, labels, issues, pull requests and comments of one sandbox forge."""
 
     # ----- issues -------------------------------------------------------------------------
@@ -40,7 +39,7 @@ class ForgeState(PullsMixin):
         if not title.strip():
             raise ForgeError(422, "[Title]: Required")
         with self.lock:
-            repo = self._repo(owner, name)
+            repo = self._writable(owner, name)
             people = [self._assignee(login) for login in assignees]
             issue = self._new_issue(repo, self._account(poster), title, body)
             issue.assignees = people
@@ -72,15 +71,18 @@ class ForgeState(PullsMixin):
             return [issue.to_json(self.base_url) for issue in chosen], len(matches)
 
     def search_issues(self, owner: str | None, query: IssueQuery) -> tuple[list[JSON], int]:
-        """Issues across repos (of `owner`), newest first; labels ORed; an issue changed
-        within the last `indexer_lag` seconds is not seen yet (Gitea's async indexer)."""
+        """Gitea's `SearchIssues`: issues across the repos of `owner` (400 when unknown),
+        newest first; `labels` resolved to the ids of every label of that name in the whole
+        instance (`GetLabelIDsByNames`) and ORed, no filter when none exists; an issue
+        changed within the last `indexer_lag` seconds is not seen yet (async indexer)."""
         with self.lock:
-            horizon = time.time() - self.indexer_lag
+            repos = self._searched_repos(owner)
+            horizon = self.now() - self.indexer_lag
+            ids = self.label_ids_named(query.labels)
             found = [
                 issue
-                for repo in self.repos.values()
-                if owner is None or repo.owner.login.lower() == owner.lower()
-                for issue in self._matching(repo, query, any_label=True)
+                for repo in repos
+                for issue in self._matching(repo, query, label_ids=ids)
                 if issue.updated <= horizon
             ]
             found.sort(key=lambda issue: (issue.created, issue.id), reverse=True)
@@ -88,25 +90,31 @@ class ForgeState(PullsMixin):
             chosen = found[start : start + query.limit]
             return [issue.to_json(self.base_url) for issue in chosen], len(found)
 
-    def repos_of(self, uid: int | None) -> list[JSON]:
-        """The repos owned by account `uid` (every repo without one), oldest first."""
-        with self.lock:
-            return [
-                repo.to_json(self.base_url)
-                for repo in self.repos.values()
-                if uid is None or repo.owner.id == uid
-            ]
+    def _searched_repos(self, owner: str | None) -> Iterable[Repo]:
+        if owner is None:
+            return list(self.repos.values())
+        account = self.accounts.get(owner.lower())
+        if account is None:  # SearchIssues: ctx.Error(400, "Owner not found", err)
+            raise ForgeError(400, f"user does not exist [uid: 0, name: {owner}]")
+        return self.owned.get(account.id, [])
 
-    def is_org(self, login: str) -> bool:
-        """Whether `login` is an organization."""
+    def label_ids_named(self, names: Iterable[str]) -> set[int]:
+        """Every label id of the instance carrying one of `names` (`GetLabelIDsByNames`):
+        what Gitea sends the issue indexer for a search's `labels`."""
         with self.lock:
-            account = self.accounts.get(login.lower())
-            return account is not None and account.is_org
+            return {label_id for name in names for label_id in self.labels_named.get(name, ())}
 
     def _matching(
-        self, repo: Repo, query: IssueQuery, *, any_label: bool = False
+        self, repo: Repo, query: IssueQuery, *, label_ids: set[int] | None = None
     ) -> Iterator[Issue]:
-        wanted = {lb.id for lb in repo.labels.values() if lb.name in query.labels}
+        """The repo's issues a list (labels ANDed, this repo's own) or a search (`label_ids`
+        ORed) matches, newest first."""
+        any_label = label_ids is not None
+        wanted = (
+            label_ids
+            if label_ids is not None
+            else {lb.id for lb in repo.labels.values() if lb.name in query.labels}
+        )
         state, since, before = query.state, query.since, query.before
         for issue in reversed(repo.issues.values()):
             if (query.pulls_only and not issue.is_pull) or (query.issues_only and issue.is_pull):
@@ -118,7 +126,7 @@ class ForgeState(PullsMixin):
             if before is not None and int(issue.updated) > before:
                 continue
             if wanted and not (
-                wanted & issue.labels.keys() if any_label else wanted.issubset(issue.labels)
+                not wanted.isdisjoint(issue.labels) if any_label else wanted.issubset(issue.labels)
             ):
                 continue
             yield issue
@@ -147,7 +155,7 @@ class ForgeState(PullsMixin):
                 issue.title = self.flavor.cut_title(title)
             if body is not None:
                 issue.body = body
-            issue.updated = time.time()
+            issue.updated = self.now()
             if state is not None:
                 actor = self._account(doer) if doer else self.user
                 self._set_closed(issue, state == "closed", actor)
@@ -158,8 +166,9 @@ class ForgeState(PullsMixin):
         with self.lock:
             repo = self._repo(owner, name)
             issue = self._issue(repo, number)
+            if issue.closed is None:
+                self._set_state(issue, self.now())
             del repo.issues[number]
-            self.open_issues.pop(issue.id, None)
             for comment in issue.comments:
                 repo.comments.pop(comment.id, None)
 
@@ -168,69 +177,6 @@ class ForgeState(PullsMixin):
         with self.lock:
             repo = self._repo(owner, name)
             return [issue.to_json(self.base_url) for issue in repo.issues.values()]
-
-    # ----- comments and timeline ----------------------------------------------------------
-    def issue_comments(
-        self,
-        owner: str,
-        name: str,
-        number: int,
-        since: int | None = None,
-        before: int | None = None,
-    ) -> list[JSON]:
-        """All comments of an issue, oldest first; a missing issue: Gitea 500, Forgejo 404."""
-        with self.lock:
-            issue = self._issue(self._repo(owner, name), number, quirk=True)
-            chosen = _in_window(issue.comments, since, before)
-            return [comment.to_json(self.base_url) for comment in chosen]
-
-    def create_comment(self, owner: str, name: str, number: int, poster: str, body: str) -> JSON:
-        """Add a comment and bump the issue; a missing issue: Gitea 500, Forgejo 404."""
-        if not body:
-            raise ForgeError(422, "[Body]: Required")
-        with self.lock:
-            issue = self._issue(self._repo(owner, name), number, quirk=True)
-            return self._add_comment(issue, self._account(poster), body).to_json(self.base_url)
-
-    def timeline(
-        self,
-        owner: str,
-        name: str,
-        number: int,
-        *,
-        since: int | None = None,
-        before: int | None = None,
-        page: int | None = None,
-        limit: int | None = None,
-    ) -> list[JSON]:
-        """Comments and events oldest first; all of them unless `page` >= 1 (like Gitea)."""
-        with self.lock:
-            issue = self._issue(self._repo(owner, name), number, quirk=True)
-            chosen = in_window(entries(issue), since, before)
-            if page is not None and page > 0:
-                size = page_size(limit)
-                chosen = chosen[(page - 1) * size : page * size]
-            return [entry_json(entry, self.base_url) for entry in chosen]
-
-    def repo_comments(
-        self,
-        owner: str,
-        name: str,
-        *,
-        since: int | None = None,
-        before: int | None = None,
-        page: int | None = None,
-        limit: int | None = None,
-    ) -> tuple[list[JSON], int]:
-        """Repo-wide comments oldest first; unpaginated unless `page` >= 1. (page, total)."""
-        with self.lock:
-            repo = self._repo(owner, name)
-            chosen = _in_window(repo.comments.values(), since, before)
-            total = len(chosen)
-            if page is not None and page > 0:
-                size = page_size(limit)
-                chosen = chosen[(page - 1) * size : page * size]
-            return [comment.to_json(self.base_url) for comment in chosen], total
 
     # ----- issue labels and finishing -----------------------------------------------------
     def issue_labels(self, owner: str, name: str, number: int) -> list[JSON]:
@@ -256,6 +202,24 @@ class ForgeState(PullsMixin):
             chosen = [lb for lb in repo.labels.values() if lb.id in wanted or lb.name in by_name]
             self._add_labels(issue, chosen, self._account(doer) if doer else self.user)
             return self._labels_json(repo, issue.label_list())
+
+    def remove_issue_label(
+        self, owner: str, name: str, number: int, label_id: int, doer: str | None = None
+    ) -> None:
+        """Gitea's `DeleteIssueLabel`: 422 for an unknown label id; a label the issue does
+        not carry is no change; else a `label` event with an empty body (removed)."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            issue = self._issue(repo, number)
+            if label_id not in repo.labels:
+                raise ForgeError(422, f"label does not exist [id: {label_id}]")
+            label = issue.labels.pop(label_id, None)
+            if label is None:
+                return
+            actor = self._account(doer) if doer else self.user
+            self._event(issue, "label", actor, body="", label=label)
+            kind = "pull_request_label" if issue.is_pull else "issue_label"
+            self._notify(issue, "label_cleared", actor, kind)
 
     def finish_issue(
         self,
@@ -296,13 +260,3 @@ class ForgeState(PullsMixin):
         """Close a record the caller holds (a `close` event unless already closed)."""
         with self.lock:
             self._set_closed(issue, True, self._account(author))
-
-
-def _in_window(comments: Iterable[Comment], since: int | None, before: int | None) -> list[Comment]:
-    """Comments whose whole-second `updated` lies in [since, before]."""
-    return [
-        c
-        for c in comments
-        if (since is None or int(c.updated) >= since)
-        and (before is None or int(c.updated) <= before)
-    ]

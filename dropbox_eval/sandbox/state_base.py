@@ -10,12 +10,13 @@ import threading
 import time
 from collections.abc import Iterable
 
+from .clock import Clock
 from .errors import ForgeError, NotFoundError
 from .faults import Faults, RequestLog
 from .flavor import Flavor
 from .hooks import HookRegistry, comment_payload, issue_payload
 from .models import JSON, Account, Comment, Issue, Label, Pull, Repo
-from .query import normalize_color, page_size
+from .query import normalize_color, paged
 from .timeline import Event
 
 LANE_BOT = "lane-bot"
@@ -32,8 +33,10 @@ class StateBase:
         org: str = "evalorg",
         base_url: str = "http://127.0.0.1",
         flavor: Flavor | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        self.clock: Clock = clock or time.time
         self.base_url = base_url
         self.flavor = flavor or Flavor()
         self.faults = Faults()
@@ -45,11 +48,18 @@ class StateBase:
         }
         self.accounts: dict[str, Account] = {}
         self.repos: dict[tuple[str, str], Repo] = {}
+        self.owned: dict[int, list[Repo]] = {}  # account id -> its repos, oldest first
+        self.moved: dict[tuple[str, str], Repo] = {}  # an old (owner, name) -> renamed repo
+        self.labels_named: dict[str, set[int]] = {}  # label name -> ids, every repo
         self.open_issues: dict[int, Issue] = {}
         self.user = self._add_account(user)
         self.org = self._add_account(org, is_org=True)
         self.lane_bot = self._add_account(LANE_BOT)
         self.tokens: dict[str, Account] = {token: self.user}
+
+    def now(self) -> float:
+        """The forge's time (seconds since the epoch)."""
+        return self.clock()
 
     # ----- accounts and repos -------------------------------------------------------------
     def _next(self, kind: str) -> int:
@@ -59,6 +69,12 @@ class StateBase:
         account = Account(self._next("acct"), login, is_org)
         self.accounts[login.lower()] = account
         return account
+
+    def add_user(self, login: str) -> None:
+        """Another user of the forge (a human commenting, say); no token."""
+        with self.lock:
+            if login.lower() not in self.accounts:
+                self._add_account(login)
 
     def login_for_token(self, token: str) -> str | None:
         """Return the login owning `token`, or None."""
@@ -95,10 +111,12 @@ class StateBase:
             key = (account.login.lower(), name.lower())
             if key in self.repos:
                 raise ForgeError(409, "The repository with the same name already exists.")
-            owned = sum(1 for repo in self.repos.values() if repo.owner is account)
-            self.flavor.check_quota(account.id, account.login, owned)
+            owned = self.owned.setdefault(account.id, [])
+            self.flavor.check_quota(account.id, account.login, len(owned))
             repo = Repo(self._next("repo"), account, name, description, private, not auto_init)
             self.repos[key] = repo
+            owned.append(repo)
+            self.moved.pop(key, None)  # Gitea's DeleteRedirect: the new repo takes the name
             return repo.to_json(self.base_url)
 
     def _repo(self, owner: str, name: str) -> Repo:
@@ -127,10 +145,7 @@ class StateBase:
         with self.lock:
             repo = self._repo(owner, name)
             labels = sorted(repo.labels.values(), key=lambda lb: (lb.name, lb.id))
-            if page is not None and page > 0:
-                size = page_size(limit)
-                labels = labels[(page - 1) * size : page * size]
-            return self._labels_json(repo, labels), len(repo.labels)
+            return self._labels_json(repo, paged(labels, page, limit)), len(repo.labels)
 
     def create_label(
         self, owner: str, name: str, label: str, color: str, description: str = ""
@@ -144,8 +159,10 @@ class StateBase:
         """Delete a repo label and take it off every issue (like Gitea); 404 if unknown."""
         with self.lock:
             repo = self._repo(owner, name)
-            if repo.labels.pop(label_id, None) is None:
+            label = repo.labels.pop(label_id, None)
+            if label is None:
                 raise NotFoundError()
+            self.labels_named.get(label.name, set()).discard(label_id)
             for issue in repo.issues.values():
                 issue.labels.pop(label_id, None)
 
@@ -154,6 +171,7 @@ class StateBase:
             raise ForgeError(422, "[Name]: Required")
         label = Label(self._next("label"), name, normalize_color(color), description)
         repo.labels[label.id] = label
+        self.labels_named.setdefault(name, set()).add(label.id)
         return label
 
     # ----- record helpers (lock held) -----------------------------------------------------
@@ -170,7 +188,7 @@ class StateBase:
         self, repo: Repo, poster: Account, title: str, body: str, pull: Pull | None = None
     ) -> Issue:
         """A new open issue (or PR) taking the repo's next number."""
-        now = time.time()
+        now = self.now()
         repo.last_index += 1
         issue = Issue(
             self._next("issue"),
@@ -184,14 +202,34 @@ class StateBase:
             pull=pull,
         )
         repo.issues[issue.number] = issue
-        self.open_issues[issue.id] = issue
+        self._set_state(issue, None)
         self._notify(issue, "opened", poster)
         return issue
 
+    def _set_state(self, issue: Issue, closed: float | None) -> None:
+        """Open (`closed` None) or close a record, keeping the open lists and counts."""
+        was_open, issue.closed = issue.closed is None and issue.id in self.open_issues, closed
+        repo, delta = issue.repo, (closed is None) - was_open
+        if closed is None:
+            self.open_issues[issue.id] = issue
+        else:
+            self.open_issues.pop(issue.id, None)
+        if issue.pull is None:
+            repo.open_issues += delta
+            return
+        repo.open_pulls += delta
+        heads = (issue.pull.head, issue.pull.base)
+        if closed is None:
+            repo.open_heads[heads] = issue.number
+        elif repo.open_heads.get(heads) == issue.number:
+            del repo.open_heads[heads]
+
     def _notify(self, issue: Issue, action: str, sender: Account, event_type: str = "") -> None:
-        """Queue the webhook deliveries of a change (issues, issue_label, pull_request)."""
+        """Queue the webhook deliveries of a change (issues, issue_label, pull_request); the
+        payload is built only when a hook wants the event."""
         kind = event_type or ("pull_request" if issue.is_pull else "issues")
-        self.hooks.notify(kind, issue.repo, issue_payload(action, issue, sender, self.base_url))
+        base = self.base_url
+        self.hooks.notify(kind, issue.repo, lambda: issue_payload(action, issue, sender, base))
 
     def _event(
         self,
@@ -206,7 +244,7 @@ class StateBase:
         commit_sha: str = "",
     ) -> Event:
         """Append a timeline event and bump the issue (every Gitea comment row does)."""
-        now = time.time()
+        now = self.now()
         event = Event(
             self._next("cmt"),
             issue,
@@ -223,28 +261,38 @@ class StateBase:
         issue.updated = now
         return event
 
-    def _set_closed(self, issue: Issue, closed: bool, doer: Account) -> None:
-        """Close or reopen with a `close`/`reopen` event; no-op if already in that state."""
+    def _set_closed(self, issue: Issue, closed: bool, doer: Account, commit_sha: str = "") -> None:
+        """Close or reopen with a `close`/`reopen` event; no-op if already in that state.
+        `commit_sha`: the commit that did it (a merge), kept as the event's `ref_commit_sha`
+        (Gitea's `ChangeStatus(ctx, issue, doer, commitID, closed)`)."""
         if closed and issue.closed is None:
-            issue.closed = time.time()
-            self.open_issues.pop(issue.id, None)
-            self._event(issue, "close", doer)
+            self._set_state(issue, self.now())
+            self._event(issue, "close", doer, commit_sha=commit_sha)
             self._notify(issue, "closed", doer)
         elif not closed and issue.closed is not None:
-            issue.closed = None
-            self.open_issues[issue.id] = issue
-            self._event(issue, "reopen", doer)
+            self._set_state(issue, None)
+            self._event(issue, "reopen", doer, commit_sha=commit_sha)
             self._notify(issue, "reopened", doer)
 
     def _add_comment(self, issue: Issue, poster: Account, body: str) -> Comment:
-        now = time.time()
+        now = self.now()
         comment = Comment(self._next("cmt"), issue, poster, body, now, now)
         issue.comments.append(comment)
         issue.repo.comments[comment.id] = comment
         issue.updated = now
-        payload = comment_payload(issue, comment.to_json(self.base_url), poster, self.base_url)
-        self.hooks.notify("issue_comment", issue.repo, payload)
+        self._notify_comment(comment, "created", poster)
         return comment
+
+    def _notify_comment(
+        self, comment: Comment, action: str, sender: Account, changes: JSON | None = None
+    ) -> None:
+        issue, base = comment.issue, self.base_url
+
+        def payload() -> JSON:
+            made = comment_payload(issue, comment.to_json(base), sender, base, action)
+            return {**made, "changes": changes}
+
+        self.hooks.notify("issue_comment", issue.repo, payload)
 
     def _add_labels(self, issue: Issue, labels: Iterable[Label], doer: Account) -> None:
         """Put labels on an issue, with a `label` event (body "1") per newly added one."""
@@ -254,7 +302,7 @@ class StateBase:
                 issue.labels[label.id] = label
                 self._event(issue, "label", doer, body="1", label=label)
                 added = True
-        issue.updated = time.time()
+        issue.updated = self.now()
         if added:
             kind = "pull_request_label" if issue.is_pull else "issue_label"
             self._notify(issue, "label_updated", doer, kind)

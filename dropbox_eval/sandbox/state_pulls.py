@@ -1,25 +1,28 @@
 """Pull requests of the sandbox forge: create, list, edit, merge, and issue references.
 
-A PR is an issue with a `Pull` record (shared number space, like Gitea). `#N` references
-in its title/body add a `pull_ref` event on issue N; merging closes the issues referenced
-with a closing keyword (`Closes #N`, `fixes #N`, ...) with a `close` event by the merger.
+A PR is an issue with a `Pull` record (shared number space, like Gitea). `#N` and
+`owner/name#N` references in its title and (Markdown-stripped) body add a `pull_ref` event
+on the issue they name, in this repo or another (Gitea's `getCrossReferences`). Merging
+resolves the latest reference to each issue: `Closes` closes it only while it is open and
+`Reopens` reopens it only while it is closed, with a `close`/`reopen` event by the merger
+carrying the merge commit; an issue closed by hand before the merge is left as it is, and
+not touched at all (`services/pull/merge.go`, `handleCloseCrossReferences`).
 """
 
 from __future__ import annotations
 
-import time
-
 from .errors import ForgeError, NotFoundError
+from .mdstrip import strip_markdown
 from .models import JSON, Account, Issue, Pull, Repo
 from .pullrequest import fake_sha, pull_json
 from .query import page_size
-from .state_base import StateBase
-from .timeline import find_references
+from .state_repos import ReposMixin
+from .timeline import Event, Reference, find_references
 
 MERGE_STYLES = ("merge", "rebase", "rebase-merge", "squash", "fast-forward-only", "manually-merged")
 
 
-class PullsMixin(StateBase):
+class PullsMixin(ReposMixin):
     """Pull-request operations (mixed into `ForgeState`)."""
 
     def create_pull(
@@ -41,7 +44,7 @@ class PullsMixin(StateBase):
         if head == base:
             raise ForgeError(422, "Invalid PullRequestCompare: head and base are the same")
         with self.lock:
-            repo = self._repo(owner, name)
+            repo = self._writable(owner, name)
             pr = self.open_pull(repo, self._account(poster), head, base, title, body)
             return pull_json(pr, self.base_url)
 
@@ -50,17 +53,12 @@ class PullsMixin(StateBase):
     ) -> Issue:
         """Record-level `create_pull` (lock held by the caller or taken here)."""
         with self.lock:
-            for other in repo.issues.values():
-                if (
-                    other.pull is not None
-                    and other.closed is None
-                    and (other.pull.head, other.pull.base) == (head, base)
-                ):
-                    raise ForgeError(
-                        409,
-                        "pull request already exists for these targets "
-                        f"[head_branch: {head}, base_branch: {base}]",
-                    )
+            if (head, base) in repo.open_heads:
+                raise ForgeError(
+                    409,
+                    "pull request already exists for these targets "
+                    f"[head_branch: {head}, base_branch: {base}]",
+                )
             pull_id = self._next("pull")
             pull = Pull(
                 pull_id,
@@ -76,18 +74,32 @@ class PullsMixin(StateBase):
             return pr
 
     def _link_references(self, pr: Issue, doer: Account) -> None:
-        """A `pull_ref` event on each issue the PR's title/body mention (Gitea xrefs)."""
+        """A `pull_ref` event on each issue the PR's title and body mention (Gitea's
+        `getCrossReferences`: the title as plain text, the body Markdown-stripped)."""
+        assert pr.pull is not None
         refs = dict(find_references(pr.title))
-        for number, action in find_references(pr.body):
-            if number not in refs or action != "none":
-                refs[number] = action
-        for number, action in refs.items():
-            target = pr.repo.issues.get(number)
+        for ref, action in find_references(strip_markdown(pr.body)):
+            if ref not in refs or action != "none":
+                refs[ref] = action
+        for ref, action in refs.items():
+            target = self._referenced(pr.repo, ref)
             if target is None or target is pr:
                 continue
             if target.is_pull:
                 action = "none"  # close/reopen keywords only act on issues
-            self._event(target, "pull_ref", doer, ref_issue=pr, ref_action=action)
+            event = self._event(target, "pull_ref", doer, ref_issue=pr, ref_action=action)
+            pr.pull.ref_events.append(event)
+
+    def _referenced(self, repo: Repo, ref: Reference) -> Issue | None:
+        """The issue a reference names: in `repo`, or in the repo `owner/name` names."""
+        name, number = ref
+        if name is not None:
+            owner, _, repo_name = name.partition("/")
+            found = self.repos.get((owner.lower(), repo_name.lower()))
+            if found is None:
+                return None
+            repo = found
+        return repo.issues.get(number)
 
     def _pull(self, owner: str, name: str, number: int) -> Issue:
         issue = self._issue(self._repo(owner, name), number)
@@ -149,19 +161,21 @@ class PullsMixin(StateBase):
                 pr.body = body if body is not None else pr.body
                 self._neuter_references(pr)
                 self._link_references(pr, actor)
-            pr.updated = time.time()
+            pr.updated = self.now()
             return pull_json(pr, self.base_url)
 
     def _neuter_references(self, pr: Issue) -> None:
-        """Old references of an edited PR stop acting (Gitea marks them `neutered`)."""
-        for issue in pr.repo.issues.values():
-            for event in issue.events:
-                if event.ref_issue is pr and event.ref_action != "neutered":
-                    event.ref_action = "neutered"
+        """Old references of an edited PR stop acting (Gitea marks them `neutered`; the
+        row's `updated` moves, the referenced issue's does not)."""
+        assert pr.pull is not None
+        for event in pr.pull.ref_events:
+            if event.ref_action != "neutered":
+                event.ref_action, event.updated = "neutered", self.now()
 
     def merge_pull(self, owner: str, name: str, number: int, doer: str) -> None:
         """Merge: 405 (empty message) if already merged, 404 if closed or missing."""
         with self.lock:
+            self._writable(owner, name)
             pr = self._pull(owner, name, number)
             assert pr.pull is not None
             if pr.pull.merged is not None:
@@ -177,25 +191,28 @@ class PullsMixin(StateBase):
             return pull is not None and pull.merged is not None
 
     def merge(self, pr: Issue, doer: Account) -> None:
-        """Record-level merge: sha, merged_at/by, PR closed, referenced issues resolved."""
+        """Record-level merge: sha, merged_at/by, PR closed, referenced issues resolved
+        (Gitea's `handleCloseCrossReferences`: only a change of state is made)."""
         with self.lock:
             pull = pr.pull
             assert pull is not None and pull.merged is None
-            now = time.time()
+            now = self.now()
             pull.merged, pull.merged_by = now, doer
             pull.merge_sha = fake_sha(pr.repo.id, pull.head_sha, now)
-            pr.closed, pr.updated = now, now
-            self.open_issues.pop(pr.id, None)
+            self._set_state(pr, now)
+            pr.updated = now
             self._event(pr, "merge_pull", doer, commit_sha=pull.merge_sha)
             self._notify(pr, "closed", doer)  # Gitea: action closed, pull_request.merged
-            for issue, action in self._resolved_by(pr):
-                self._set_closed(issue, action == "closes", doer)
+            for event in _latest_per_issue(pull.ref_events):
+                closes = event.ref_action == "closes"
+                if closes == (event.issue.closed is None):
+                    self._set_closed(event.issue, closes, doer, pull.merge_sha)
 
-    def _resolved_by(self, pr: Issue) -> list[tuple[Issue, str]]:
-        """Issues the PR closes or reopens; the latest reference per issue counts."""
-        latest: dict[int, tuple[Issue, str]] = {}
-        for issue in pr.repo.issues.values():
-            for event in issue.events:
-                if event.ref_issue is pr and event.ref_action in ("closes", "reopens"):
-                    latest[issue.id] = (issue, event.ref_action)
-        return list(latest.values())
+
+def _latest_per_issue(events: list[Event]) -> list[Event]:
+    """The closing or reopening references of a PR, the latest per issue."""
+    latest: dict[int, Event] = {}
+    for event in events:
+        if event.ref_action in ("closes", "reopens"):
+            latest[event.issue.id] = event
+    return list(latest.values())

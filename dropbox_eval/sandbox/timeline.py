@@ -24,8 +24,13 @@ CLOSE_WORDS = (
     "resolved",
 )
 REOPEN_WORDS = ("reopen", "reopens", "reopened")
-# Gitea's issueNumericPattern, with look-arounds so neighbouring references both match.
+# Gitea's issueNumericPattern and crossReferenceIssueNumericPattern (modules/references),
+# with look-arounds so neighbouring references both match.
 _REF = re.compile(r"""(?:^|(?<=[\s(\['"]))[#!]([0-9]+)(?=\s|$|[)\]'"]|[:;,.?!](?:\s|$))""")
+_XREF = re.compile(
+    r"(?:^|(?<=[\s(\[]))([0-9a-zA-Z_.-]+/[0-9a-zA-Z_.-]+)[#!]([0-9]+)"
+    r"(?=\s|$|[)\]]|[:;,.?!](?:\s|$))"
+)
 _CLOSE = re.compile(r"(?i)(?:\s|^|\(|\[)(" + "|".join(CLOSE_WORDS) + r"):? $")
 _REOPEN = re.compile(r"(?i)(?:\s|^|\(|\[)(" + "|".join(REOPEN_WORDS) + r"):? $")
 _NULL_FIELDS = (
@@ -42,7 +47,8 @@ _NULL_FIELDS = (
 
 @dataclass(eq=False)
 class Event:
-    """A non-comment timeline entry; `ref_issue` is the referencing PR for `pull_ref`."""
+    """A non-comment timeline entry; `ref_issue` is the referencing PR for `pull_ref`.
+    `updated` moves when the row changes (a neutered reference), like xorm's `updated`."""
 
     id: int
     issue: Issue
@@ -54,23 +60,36 @@ class Event:
     ref_issue: Issue | None = None
     ref_action: str = "none"
     commit_sha: str = ""
+    updated: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.updated = self.updated or self.created
 
 
-def find_references(text: str) -> list[tuple[int, str]]:
-    """`#N` references in `text` with Gitea's action: `closes`, `reopens` or `none`.
+Reference = tuple[str | None, int]  # (`owner/name` of another repo, or None; number)
 
-    A number seen twice keeps its first position; a keyword on any mention wins.
+
+def find_references(text: str) -> list[tuple[Reference, str]]:
+    """`#N` and `owner/name#N` references in `text` with Gitea's action: `closes`,
+    `reopens` or `none` (`FindAllIssueReferences`). Markdown must be stripped first for a
+    body (`mdstrip.strip_markdown`), not for a title.
+
+    A reference seen twice keeps its first position; a keyword on any mention wins.
     """
-    found: dict[int, str] = {}
-    for match in _REF.finditer(text):
-        number, before = int(match.group(1)), text[: match.start()]
+    found: dict[Reference, str] = {}
+    hits: list[tuple[Reference, int]] = [
+        ((None, int(m.group(1))), m.start()) for m in _REF.finditer(text)
+    ]
+    hits += [((m.group(1), int(m.group(2))), m.start()) for m in _XREF.finditer(text)]
+    for ref, start in sorted(hits, key=lambda hit: hit[1]):
+        before = text[:start]
         action = "none"
         if _CLOSE.search(before):
             action = "closes"
         elif _REOPEN.search(before):
             action = "reopens"
-        if number not in found or action != "none":
-            found[number] = action
+        if ref not in found or action != "none":
+            found[ref] = action
     return list(found.items())
 
 
@@ -86,7 +105,7 @@ def in_window(
     """Entries whose whole-second update time lies in [since, before]."""
     chosen = []
     for item in items:
-        stamp = int(item.updated if isinstance(item, Comment) else item.created)
+        stamp = int(item.updated)
         if (since is None or stamp >= since) and (before is None or stamp <= before):
             chosen.append(item)
     return chosen
@@ -121,8 +140,8 @@ def entry_json(entry: Comment | Event, base_url: str) -> JSON:
         "ref_issue": None,
         **dict.fromkeys(_NULL_FIELDS),
     }
+    data["updated_at"] = iso(entry.updated)
     if isinstance(entry, Comment):
-        data["updated_at"] = iso(entry.updated)
         return data
     data.update(type=entry.kind, ref_action=entry.ref_action, ref_commit_sha=entry.commit_sha)
     if entry.label is not None:
