@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .timeline import Event
+from typing import Any
 
 JSON = dict[str, Any]
 
@@ -235,3 +232,24 @@ class Issue:
                 "full_name": repo.full_name,
             },
         }
+
+
+@dataclass(eq=False)
+class Event:
+    """A non-comment timeline entry; `ref_issue` is the referencing PR for `pull_ref`.
+    `updated` moves when the row changes (a neutered reference), like xorm's `updated`."""
+
+    id: int
+    issue: Issue
+    kind: str
+    user: Account
+    created: float
+    body: str = ""
+    label: Label | None = None
+    ref_issue: Issue | None = None
+    ref_action: str = "none"
+    commit_sha: str = ""
+    updated: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.updated = self.updated or self.created

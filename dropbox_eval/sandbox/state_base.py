@@ -15,9 +15,8 @@ from .errors import ForgeError, NotFoundError
 from .faults import Faults, RequestLog
 from .flavor import Flavor
 from .hooks import HookRegistry, comment_payload, issue_payload
-from .models import JSON, Account, Comment, Issue, Label, Pull, Repo
+from .models import JSON, Account, Comment, Event, Issue, Label, Pull, Repo
 from .query import normalize_color, paged
-from .timeline import Event
 
 LANE_BOT = "lane-bot"
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .errors import ForgeError, NotFoundError
-from .models import JSON, Comment
+from .models import JSON, Comment, Event
 from .query import paged
 from .state_pulls import PullsMixin
-from .timeline import Event, entries, entry_json, in_window
+from .timeline import entries, entry_json, in_window
 
 
 class CommentsMixin(PullsMixin):

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from .errors import ForgeError, NotFoundError
 from .mdstrip import strip_markdown
-from .models import JSON, Account, Issue, Pull, Repo
+from .models import JSON, Account, Event, Issue, Pull, Repo
 from .pullrequest import fake_sha, pull_json
 from .query import page_size
 from .state_repos import ReposMixin
-from .timeline import Event, Reference, find_references
+from .timeline import Reference, find_references
 
 MERGE_STYLES = ("merge", "rebase", "rebase-merge", "squash", "fast-forward-only", "manually-merged")
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from .models import JSON, Account, Comment, Issue, Label, iso
+from .models import JSON, Comment, Event, Issue, iso
 
 CLOSE_WORDS = (
     "close",
@@ -43,27 +42,6 @@ _NULL_FIELDS = (
     "resolve_doer",
     "tracked_time",
 )
-
-
-@dataclass(eq=False)
-class Event:
-    """A non-comment timeline entry; `ref_issue` is the referencing PR for `pull_ref`.
-    `updated` moves when the row changes (a neutered reference), like xorm's `updated`."""
-
-    id: int
-    issue: Issue
-    kind: str
-    user: Account
-    created: float
-    body: str = ""
-    label: Label | None = None
-    ref_issue: Issue | None = None
-    ref_action: str = "none"
-    commit_sha: str = ""
-    updated: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.updated = self.updated or self.created
 
 
 Reference = tuple[str | None, int]  # (`owner/name` of another repo, or None; number)

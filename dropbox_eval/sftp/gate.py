@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import asyncssh
 
@@ -21,7 +21,25 @@ from ..names import reserved_reason
 from .accounting import Session
 
 if TYPE_CHECKING:
-    from .server import Endpoint
+    from .keys import KeyStore
+    from .ratelimit import FailureLimiter, SessionCounter
+
+
+class Endpoint(Protocol):
+    """What a gate needs of the endpoint it guards (server.py's Endpoint)."""
+
+    keys: KeyStore
+    limiter: FailureLimiter
+    counter: SessionCounter
+
+    def opened(self, conn: object, session: Session) -> bool:
+        """Register an authenticated connection unless its client is at its limit."""
+        ...
+
+    def closed(self, conn: object, exc: Exception | None) -> None:
+        """Account for a session that ended."""
+        ...
+
 
 log = logging.getLogger("dropbox_eval")
 
