@@ -93,7 +93,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
     @api.post("/operator/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         source = request.client.host if request.client else "-"
-        wait = throttle.retry_after(source)
+        wait = throttle.attempt(source)  # counted as wrong until the key proves right
         if wait:  # the key is not even looked at
             message = f"too many wrong keys from your address: try again in {wait} s"
             return login_page(message, 429, {"Retry-After": str(wait)})
@@ -101,7 +101,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         if key_matches(key, app.settings.operator_key):
             throttle.succeeded(source)
             return signed_in(request, key)
-        wait = throttle.failed(source)
+        wait = throttle.retry_after(source)
         later = f"; wait {wait} s before the next try" if wait else ""
         return login_page(f"that key is not right{later}", 401)
 

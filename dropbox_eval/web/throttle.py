@@ -52,17 +52,33 @@ class LoginThrottle:
     def failed(self, source: str) -> int:
         """Count a wrong key from `source`; returns the seconds it must now wait."""
         with self._lock:
-            now = self.clock()
-            record = self._records.pop(source, None)
-            if record is None or now - record.last_failure > FORGET_AFTER:
-                record = _Record(0, now, now)
-            record.failures += 1
-            record.last_failure = now
-            record.closed_until = now + _delay(record.failures)
-            self._records[source] = record
-            while len(self._records) > MAX_SOURCES:
-                self._records.popitem(last=False)
-            return math.ceil(record.closed_until - now)
+            return self._fail(source)
+
+    def _fail(self, source: str) -> int:
+        now = self.clock()
+        record = self._records.pop(source, None)
+        if record is None or now - record.last_failure > FORGET_AFTER:
+            record = _Record(0, now, now)
+        record.failures += 1
+        record.last_failure = now
+        record.closed_until = now + _delay(record.failures)
+        self._records[source] = record
+        while len(self._records) > MAX_SOURCES:
+            self._records.popitem(last=False)
+        return math.ceil(record.closed_until - now)
+
+    def attempt(self, source: str) -> int:
+        """Admit one sign-in from `source`, counted as a wrong key until `succeeded` says
+        otherwise (so concurrent guesses cannot all slip through an open door); returns
+        the seconds it must wait instead, 0 when admitted."""
+        with self._lock:
+            record = self._records.get(source)
+            if record is not None:
+                wait = math.ceil(record.closed_until - self.clock())
+                if wait > 0:
+                    return wait
+            self._fail(source)
+            return 0
 
     def succeeded(self, source: str) -> None:
         """The right key: forget the failures of `source`."""

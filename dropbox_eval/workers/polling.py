@@ -32,13 +32,13 @@ class ForgeWorker:
         app: App,
         stop: threading.Event,
         report: Report,
-        opener: OpenWorker,
+        opener: OpenWorker | None = None,
         on_full: Callable[[], None] | None = None,
     ) -> None:
         self.app = app
         self.stop = stop
         self.report = report
-        self.opener = opener  # batches whose issues are not all created go there
+        self.opener = opener or OpenWorker(app, report)  # where unopened batches go
         self.on_full = on_full  # the state check, run before each full reconciliation
         self.cycles = 0
         self.pool = KeyedPool(POOL_SIZE, "forge")  # a repo that hangs holds its own visit
