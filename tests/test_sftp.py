@@ -194,10 +194,10 @@ def _transport(stack: Stack, bind: str) -> paramiko.Transport:
     return transport
 
 
-def batch_json(name: str, count: int = 1) -> bytes:
+def batch_json(name: str, count: int = 1, client: str = "acme") -> bytes:
     return json.dumps(
         {
-            "client_id": "acme",
+            "client_id": client,
             "batch_ref": name.replace(".", "-"),
             "tasks": tasks(count, prefix=name.split(".")[0]),
         }
@@ -405,7 +405,9 @@ def test_put_replaces_a_pending_file_and_resumes_are_refused(stack: Stack, tmp_p
         "mkdir sub",
         "put local.json accepted/local.json",
         "put local.json notes.txt",
-        "put local.json .hidden.json",
+        "put local.json .sftp-mine.part",
+        "put local.json accepted/.x.json.tmp",
+        "get accepted/.x.json.receipt.json",
         "rm accepted/x.json.receipt.json",
         "rename accepted/x.json.receipt.json x.json",
     ],
@@ -607,3 +609,98 @@ def test_key_commands_and_status(stack: Stack, tmp_path: Path) -> None:
     assert status["port"] == stack.port
     second = _cli(stack.home, "sftp", "--port", "0")
     assert second.returncode == 5 and "already runs" in second.stderr
+
+
+# -- the README's upload recipes, with the real clients (issue 21) ----------------------------
+
+
+def fresh_client(stack: Stack, client: str) -> str:
+    """A new client logging in with acme's key, in a folder of its own (no test shares it)."""
+    stack.app.billing.add_client(client, 0)
+    KeyStore(stack.home / "state").add(client, stack.keys["acme"].with_suffix(".pub").read_text())
+    return client
+
+
+def lftp(stack: Stack, client: str, commands: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Real lftp over sftp://, through OpenSSH with the pinned host key (README recipe)."""
+    connect = " ".join(["ssh", "-a", "-x", *ssh_options(stack, "acme")[:-2]])
+    script = (
+        "set cmd:fail-exit yes; set net:max-retries 1; "
+        f"set sftp:connect-program '{connect}'; {commands}; bye"
+    )
+    return subprocess.run(
+        ["lftp", "-u", f"{client},", "-e", script, f"sftp://127.0.0.1:{stack.port}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def _outcome_of(stack: Stack, client: str, name: str) -> str:
+    folder = stack.folder(client)
+    if (folder / "accepted" / f"{name}.receipt.json").exists():
+        return "accepted"
+    return "rejected" if (folder / "rejected" / f"{name}.error.json").exists() else "waiting"
+
+
+@pytest.mark.parametrize(
+    ("client", "setting"),
+    [
+        ("lftp-in", "set xfer:use-temp-file yes"),  # lftp's default temporary name: .in.<name>
+        ("lftp-part", "set xfer:use-temp-file yes; set xfer:temp-file-name *.part"),
+        ("lftp-plain", "set xfer:use-temp-file no"),  # in place
+    ],
+)
+def test_lftp_recipes_upload_into_place(
+    stack: Stack, tmp_path: Path, client: str, setting: str
+) -> None:
+    fresh_client(stack, client)
+    (tmp_path / "lftp.json").write_bytes(batch_json("lftp.json", client=client))
+    done = lftp(stack, client, f"{setting}; put lftp.json; cls -a", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "hidden names" not in done.stderr
+    assert wait_for(lambda: _outcome_of(stack, client, "lftp.json") == "accepted", 30), (
+        _outcome_of(stack, client, "lftp.json"),
+        stack.log_text()[-2000:],
+    )
+    assert sorted(p.name for p in stack.folder(client).iterdir()) == ["accepted"]
+    filed = stack.folder(client) / "accepted" / "lftp.json"
+    assert filed.read_bytes() == batch_json("lftp.json", client=client)
+
+
+def test_openssh_sftp_temporary_name_then_rename(stack: Stack, tmp_path: Path) -> None:
+    client = fresh_client(stack, "renamer")
+    (tmp_path / "r.json").write_bytes(batch_json("r.json", client=client))
+    (tmp_path / "w.json").write_bytes(batch_json("w.json", client=client))
+    done = sftp(
+        stack,
+        "put r.json r.json.part\nrename r.json.part r.json\n"
+        "put w.json w.json.filepart\nrename w.json.filepart w.json\n",
+        user=client,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    for name in ("r.json", "w.json"):
+        assert wait_for(lambda n=name: _outcome_of(stack, client, n) == "accepted", 30), name
+    assert sorted(p.name for p in stack.folder(client).iterdir()) == ["accepted"]
+
+
+def test_hidden_names_are_the_clients_own_but_not_the_endpoints(
+    stack: Stack, tmp_path: Path
+) -> None:
+    client = fresh_client(stack, "hider")
+    (tmp_path / "h.json").write_bytes(batch_json("h.json", client=client))
+    done = sftp(stack, "put h.json .h.json.AbC123\nls -a -1\n", user=client, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert ".h.json.AbC123" in done.stdout and ".sftp-" not in done.stdout
+    hidden = stack.folder(client) / ".h.json.AbC123"
+    assert hidden.read_bytes() == batch_json("h.json", client=client)
+    assert _outcome_of(stack, client, "h.json") == "waiting"  # hidden: never read as it is
+    renamed = sftp(stack, "rename .h.json.AbC123 h.json\n", user=client, cwd=tmp_path)
+    assert renamed.returncode == 0, renamed.stderr
+    assert wait_for(lambda: _outcome_of(stack, client, "h.json") == "accepted", 30)
+    (tmp_path / "gone.json").write_bytes(b"{}")
+    removed = sftp(stack, "put gone.json .gone.tmp\nrm .gone.tmp\n", user=client, cwd=tmp_path)
+    assert removed.returncode == 0, removed.stderr
+    assert sorted(p.name for p in stack.folder(client).iterdir()) == ["accepted"]
