@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import requests
-
 from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
@@ -76,23 +74,22 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
     store = Store(settings.state_path)
     billing = Billing(store, settings.task_price)
-    metrics = Metrics()
+    metrics = Metrics(settings.forge_timeout)
     gitea = None
     if with_forge and settings.gitea_url and settings.gitea_token:
-        session = requests.Session()  # every forge exchange is counted and timed
-        session.hooks["response"].append(metrics.observe_forge)
         gitea = GiteaClient(
             settings.gitea_url,
             settings.gitea_token,
             timeout=settings.forge_timeout,
             attempts=1,
             label_lock=settings.state_path / "labels.lock",
-            session=session,
+            observe=metrics.observe_forge,  # every forge call is counted and timed
         )
     emitter = Emitter(
         FileEmitter(settings.outbox_path),
         WebhookEmitter(timeout=settings.callback_timeout, attempts=1),
         CallbackPolicy(settings.callback_allow),
+        on_attempt=metrics.count_delivery,
     )
     schedule = Schedule(
         store, base=settings.retry_base, cap=settings.retry_cap, max_attempts=settings.max_attempts
@@ -103,6 +100,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     intake = Intake(store, billing, gitea, settings, lifecycle)
     inbox = Inbox(settings.inbox_path, intake, lifecycle, settings.max_file_bytes)
     inbox.on_reject = RejectionLog(settings.state_path).append
+    inbox.on_filed = metrics.observe_drop
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
     nudges = Nudges()
     webhooks = WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges)

@@ -28,8 +28,12 @@ from .locks import SharedLock
 from .neterrors import plain_reason
 
 PAGE_LIMIT = 50
+CONNECT_TIMEOUT = 5.0  # seconds to connect; reading an answer may take `timeout` more
 LABEL_LOCK_TIMEOUT = 60.0
 _NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
+Observer = Callable[[str, str, str, float], None]
+"""Told of each forge exchange: method, path, outcome (status code, `timeout`,
+`connection`), seconds."""
 
 
 class ForgeTransport:
@@ -48,9 +52,12 @@ class ForgeTransport:
         sleep: Callable[[float], None] = time.sleep,
         session: requests.Session | None = None,
         label_lock: Path | None = None,
+        observe: Observer | None = None,
     ) -> None:
         """`label_lock`: a lock file shared by every process that may create labels in the
-        same repos (the service and the CLI use `<state>/labels.lock`)."""
+        same repos (the service and the CLI use `<state>/labels.lock`). `observe` is told
+        of every exchange: (method, path, outcome, seconds), the outcome being the status
+        code, `timeout` or `connection` (the metrics count them)."""
         self.base_url = base_url.rstrip("/")
         self.api = f"{self.base_url}/api/v1"
         self.timeout = timeout
@@ -58,6 +65,7 @@ class ForgeTransport:
         self.max_wait = max_wait
         self.sleep = sleep
         self.session = session or requests.Session()
+        self.observe = observe
         self.session.headers.update(
             {
                 "Authorization": f"token {token}",
@@ -86,20 +94,28 @@ class ForgeTransport:
     # -- transport ----------------------------------------------------------------------
 
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """One HTTP exchange, every failure translated into the project's errors."""
+        """One HTTP exchange, every failure translated into the project's errors; observed
+        around the call, so a timeout or a refused connection is counted too."""
+        started = time.monotonic()
+        outcome = "connection"
         try:
             response = self.session.request(
                 method,
                 f"{self.api}{path}",
-                timeout=(5.0, self.timeout),
+                timeout=(CONNECT_TIMEOUT, self.timeout),
                 allow_redirects=method == "GET",
                 **kwargs,
             )
+            outcome = str(response.status_code)
         except requests.Timeout as exc:
+            outcome = "timeout"
             raise ForgeRetryable(f"{method} {path}: forge timed out") from exc
         except requests.RequestException as exc:
             why = plain_reason(exc)  # no pool reprs or errno in a message
             raise ForgeRetryable(f"{method} {path}: forge unreachable ({why})") from exc
+        finally:
+            if self.observe is not None:
+                self.observe(method, f"/api/v1{path}", outcome, time.monotonic() - started)
         if response.status_code < 300:
             if method not in ("GET", "HEAD"):
                 crashpoints.wrote(f"{method} {path}")

@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("dropbox_eval")
 EVENTS = ("issues", "issue_comment", "pull_request")
 REMEMBERED_DELIVERIES = 10_000
+WEBHOOK_OUTCOMES = (
+    "accepted",
+    "ignored_event",
+    "unsigned",
+    "bad_signature",
+    "replayed",
+    "bad_payload",
+    "unknown_repo",
+    "not_configured",
+)
+"""Every outcome `WebhookReceiver.receive` counts (the metrics start each at 0)."""
 
 
 class Nudges:

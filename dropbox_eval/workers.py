@@ -175,6 +175,7 @@ class ForgeWorker:
         an incremental poll outside the cycle); returns the repo visits started."""
         if only is not None and not only:
             return []
+        begun = time.monotonic()
         full = False
         if only is None:
             self.cycles += 1
@@ -202,6 +203,8 @@ class ForgeWorker:
                     continue  # a repo that hangs holds its own visit, nobody else's
                 self.busy.add(repo)
             started.append(self.pool.submit(self._visit_repo, repo, by_repo[repo], visit))
+        if only is None:  # a poll cycle, not a webhook's nudge
+            self.app.metrics.time_cycle(started, begun)
         return started
 
     def _scouted(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -20,6 +21,8 @@ from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.emitter import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.web.server import create_web
+from dropbox_eval.webserver import BackgroundServer
 
 
 @pytest.fixture
@@ -172,3 +175,14 @@ def isolated_cli(home: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatc
             monkeypatch.delenv(key)
     monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)
     return Cli(home, forge)
+
+
+@contextlib.contextmanager
+def served(app: App) -> Iterator[str]:
+    """The HTTP server (API, metrics, health, page) over `app` on a loopback port, as
+    `serve` runs it, for as long as the block runs; its base URL."""
+    server = BackgroundServer(create_web(app, lambda: True))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
