@@ -20,11 +20,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
 from .app import App
-from .errors import BatchRejected, Conflict, DropboxEvalError, NotFoundError, answer_for
+from .errors import DropboxEvalError, NotFoundError, answer_for, error_document
 from .inbox.parse import check_size, parse_batch, reason_of
 from .intake import API_SOURCE
-from .models import BatchFile, BatchRecord, Client
-from .report import status_counts
+from .models import BatchFile, Client
+from .views import Views, for_client
 
 
 def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
@@ -60,13 +60,7 @@ class Problem(BaseModel):
 
 def problem_response(error: DropboxEvalError) -> JSONResponse:
     """The answer to an error, from the one table (errors.answer_for)."""
-    status, _, reason = answer_for(error)
-    body: dict[str, Any] = {"ok": False, "reason": reason, "message": str(error)}
-    if isinstance(error, BatchRejected):
-        body.update(error.as_dict())
-    elif isinstance(error, Conflict):
-        body.update(error.details)
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(error_document(error), status_code=answer_for(error)[0])
 
 
 def _client_of(
@@ -92,18 +86,18 @@ def create_api(app: App) -> FastAPI:
         description="Eval batches: submit, follow, emit, cancel.",
     )
     api.state.components = app
+    views = Views(app.store)
     problems: dict[int | str, dict[str, Any]] = {
         code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503)
     }
 
-    def owned(batch_id: str, client: Client) -> BatchRecord:
+    def owned(batch_id: str, client: Client, *, tasks: bool = False) -> dict[str, Any]:
+        """The caller's batch; another client's answers 404 like one that does not exist."""
+        read = views.batch if tasks else views.batch_summary
         try:
-            batch = app.store.get_batch(batch_id)
+            return for_client(read(batch_id, client_id=client.client_id))
         except NotFoundError:
-            batch = None
-        if batch is None or batch.client_id != client.client_id:
-            raise HTTPException(404, f"no batch {batch_id!r}")
-        return batch
+            raise HTTPException(404, f"no batch {batch_id!r}") from None
 
     @api.exception_handler(DropboxEvalError)
     def problem(_request: Request, exc: DropboxEvalError) -> JSONResponse:
@@ -160,45 +154,30 @@ def create_api(app: App) -> FastAPI:
     ) -> list[dict[str, Any]]:
         """The caller's batches, newest first, paged (`X-Total-Count` has the total); the
         cost follows the page, not the client's history."""
-        counts = app.store.count_batches(client.client_id)
+        counts = views.count(client.client_id)
         response.headers["X-Total-Count"] = str(sum(counts.values()))
-        return app.store.page_batches(
-            client_id=client.client_id, limit=limit, offset=(page - 1) * limit
-        )
+        rows = views.batches(client_id=client.client_id, limit=limit, offset=(page - 1) * limit)
+        return [for_client(row) for row in rows]
 
     @api.get("/api/eval/batches/{batch_id}", responses=problems)
     def get_batch(batch_id: str, client: Caller) -> dict[str, Any]:
-        """One batch with counts per status and each task's issue, status and summary."""
-        batch = owned(batch_id, client)
-        tasks = app.store.get_tasks(batch.batch_id)
-        data = batch.model_dump(mode="json", exclude={"report", "sha256", "source"})
-        data["counts"] = status_counts(tasks, every_status=True)
-        data["tasks"] = [
-            {
-                "task_id": t.task_id,
-                "status": t.status,
-                "issue_number": t.issue_number,
-                "issue_url": t.issue_url,
-                "summary": t.result.summary if t.result else None,
-                "details": t.result.details if t.result else None,
-            }
-            for t in tasks
-        ]
-        return data
+        """One batch: progress (with tasks still settling), counts per status, attempts and
+        delivery, and each task's issue, status and result."""
+        return owned(batch_id, client, tasks=True)
 
     @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
     def emit(
         batch_id: str, client: Caller, force: Annotated[bool, Query()] = False
     ) -> dict[str, Any]:
         """Deliver the report of a finished batch (again with `force`)."""
-        batch = owned(batch_id, client)
-        return app.delivery.emit(batch.batch_id, force=force)
+        owned(batch_id, client)
+        return app.delivery.emit(batch_id, force=force)
 
     @api.post("/api/eval/batches/{batch_id}/cancel", responses=problems)
     def cancel(batch_id: str, client: Caller) -> dict[str, Any]:
         """Cancel a running batch; finished results are kept, the report is emitted."""
-        batch = owned(batch_id, client)
-        done = app.lifecycle.cancel(batch.batch_id)
+        owned(batch_id, client)
+        done = app.lifecycle.cancel(batch_id)
         return {
             "ok": True,
             "batch_id": done.batch_id,

@@ -95,7 +95,7 @@ def test_the_page_follows_progress_and_redelivers(
     try:
         page.goto(f"{url}/operator?key={KEY}")
         in_flight = page.locator(f'#in-flight tr[data-batch="{running}"]')
-        expect(in_flight.locator(".done")).to_have_text("0/2")
+        expect(in_flight.locator(".done")).to_have_text("0/2 done")
         expect(page.locator("#rejections")).to_contain_text("invalid_json")
         expect(page.locator("#clients")).to_contain_text(funded)
 
@@ -104,7 +104,7 @@ def test_the_page_follows_progress_and_redelivers(
         forge.finish_issue(owner, name, first, comment="ok", labels=["eval-pass"])
         app.poller.poll_batches([running], full=True, probe=False)
         # no reload from the test: the page refreshes itself
-        expect(in_flight.locator(".done")).to_have_text("1/2", timeout=20_000)
+        expect(in_flight.locator(".done")).to_have_text("1/2 done", timeout=20_000)
 
         row = page.locator(f'#undelivered tr[data-batch="{ended}"]')
         expect(row).to_contain_text("500")
