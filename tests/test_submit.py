@@ -49,6 +49,10 @@ def running(tmp_path: Path, forge: SandboxForge) -> Iterator[App]:
     )
     app = build_app(settings)
     app.billing.add_client("acme", 100)
+    # the client's folder exists, as after its first SFTP login: inotify reports a file
+    # renamed into a folder created a moment before only as a synthetic "created" event,
+    # which waits the quiet period like any file written in place
+    (settings.inbox_path / "acme").mkdir(parents=True)
     service = Service(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
