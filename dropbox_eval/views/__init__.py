@@ -110,9 +110,9 @@ class Views:
         ledger = self.store.ledger(client_id, limit=ledger_limit)
         return client_view(client) | {"ledger": [ledger_view(e) for e in ledger]}
 
-    def overview(self, *, with_tasks: bool = False) -> Overview:
-        """The whole service at a glance (the page; `/metrics` with the task counts)."""
-        return build_overview(self.store, with_tasks=with_tasks)
+    def overview(self, *, for_metrics: bool = False) -> Overview:
+        """The whole service at a glance: the page's lists, or `/metrics`' counts."""
+        return build_overview(self.store, for_metrics=for_metrics)
 
     def rejections(self, limit: int = 20) -> list[dict[str, Any]]:
         """The newest rejected drops first (reason, message, file, client, time)."""

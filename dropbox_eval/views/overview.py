@@ -39,7 +39,7 @@ class Overview:
     in_flight: list[dict[str, Any]] = field(default_factory=list)
     undelivered: list[dict[str, Any]] = field(default_factory=list)
     ended_badly: list[dict[str, Any]] = field(default_factory=list)
-    tasks: dict[str, int] | None = None  # per status, when asked for
+    tasks: dict[str, int] | None = None  # per status, for /metrics
 
     def oldest_undelivered_age(self, now: datetime | None = None) -> float:
         """Seconds since the oldest ended, undelivered batch ended (0: none)."""
@@ -48,8 +48,9 @@ class Overview:
         return max(0.0, ((now or utcnow()) - self.oldest_undelivered).total_seconds())
 
 
-def build_overview(store: Store, *, with_tasks: bool = False) -> Overview:
-    """The overview from one snapshot of the index (see the module docstring)."""
+def build_overview(store: Store, *, for_metrics: bool = False) -> Overview:
+    """The overview from one snapshot of the index (see the module docstring). For
+    `/metrics` with the task counts; for the page with the newest archived failed batches."""
     snapshot = store.snapshot()
     now = utcnow()
     statuses = {str(status): 0 for status in BatchStatus}
@@ -66,19 +67,19 @@ def build_overview(store: Store, *, with_tasks: bool = False) -> Overview:
         oldest_undelivered=None,
         clients=_clients(snapshot),
     )
-    for record in _records(store, snapshot):
+    for record in _records(store, snapshot, archived=not for_metrics):
         _add(overview, record, now)
     overview.ended_badly = overview.ended_badly[-RECENT:]
-    if with_tasks:
+    if for_metrics:
         overview.tasks = _task_counts(store, snapshot)
     return overview
 
 
-def _records(store: Store, snapshot: Snapshot) -> Iterable[BatchRecord]:
+def _records(store: Store, snapshot: Snapshot, *, archived: bool) -> Iterable[BatchRecord]:
     """The records worth a look, by id: live batches not delivered yet, and failed or
-    expired ones (live, or the newest archived); a batch gone since the snapshot is
-    skipped."""
-    rows = {str(r["batch_id"]): r for r in snapshot.archived.recent_bad}
+    expired ones (live, and with `archived` the newest archived); a batch gone since the
+    snapshot is skipped."""
+    rows = {str(r["batch_id"]): r for r in snapshot.archived.recent_bad} if archived else {}
     rows |= {str(r["batch_id"]): r for r in snapshot.live}
     for batch_id in sorted(rows):
         row = rows[batch_id]

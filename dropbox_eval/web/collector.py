@@ -41,7 +41,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Called by the registry on every scrape."""
-        overview = self.views.overview(with_tasks=True)
+        overview = self.views.overview(for_metrics=True)
         rejected = dict.fromkeys(REJECTION_REASONS, 0) | self.views.rejection_counts()
         webhooks = dict.fromkeys(WEBHOOK_OUTCOMES, 0) | dict(self.app.webhooks.counts)
         yield from (
