@@ -23,16 +23,16 @@ from .app import App
 from .batchfile import check_size, parse_batch, reason_of
 from .emitter import report_bytes
 from .errors import (
-    BatchRejected,
-    Conflict,
     DropboxEvalError,
     NotFinished,
     NotFoundError,
     answer_for,
+    error_document,
 )
 from .intake import API_SOURCE
 from .models import BatchFile, BatchRecord, BatchStatus, Client
-from .report import build_report, status_counts
+from .report import build_report
+from .views import Views, for_client
 
 
 def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
@@ -68,13 +68,7 @@ class Problem(BaseModel):
 
 def problem_response(error: DropboxEvalError) -> JSONResponse:
     """The answer to an error, from the one table (errors.answer_for)."""
-    status, _, reason = answer_for(error)
-    body: dict[str, Any] = {"ok": False, "reason": reason, "message": str(error)}
-    if isinstance(error, BatchRejected):
-        body.update(error.as_dict())
-    elif isinstance(error, Conflict):
-        body.update(error.details)
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(error_document(error), status_code=answer_for(error)[0])
 
 
 def _client_of(
@@ -100,18 +94,18 @@ def create_api(app: App) -> FastAPI:
         description="Eval batches: submit, follow, emit, cancel.",
     )
     api.state.components = app
+    views = Views(app.store)
     problems: dict[int | str, dict[str, Any]] = {
         code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503)
     }
 
-    def owned(batch_id: str, client: Client) -> BatchRecord:
+    def owned(batch_id: str, client: Client, *, tasks: bool = False) -> dict[str, Any]:
+        """The caller's batch; another client's answers 404 like one that does not exist."""
+        read = views.batch if tasks else views.batch_summary
         try:
-            batch = app.store.get_batch(batch_id)
+            return for_client(read(batch_id, client_id=client.client_id))
         except NotFoundError:
-            batch = None
-        if batch is None or batch.client_id != client.client_id:
-            raise HTTPException(404, f"no batch {batch_id!r}")
-        return batch
+            raise HTTPException(404, f"no batch {batch_id!r}") from None
 
     @api.exception_handler(DropboxEvalError)
     def problem(_request: Request, exc: DropboxEvalError) -> JSONResponse:
@@ -168,31 +162,16 @@ def create_api(app: App) -> FastAPI:
     ) -> list[dict[str, Any]]:
         """The caller's batches, newest first, paged (`X-Total-Count` has the total); the
         cost follows the page, not the client's history."""
-        counts = app.store.count_batches(client.client_id)
+        counts = views.count(client.client_id)
         response.headers["X-Total-Count"] = str(sum(counts.values()))
-        return app.store.page_batches(
-            client_id=client.client_id, limit=limit, offset=(page - 1) * limit
-        )
+        rows = views.batches(client_id=client.client_id, limit=limit, offset=(page - 1) * limit)
+        return [for_client(row) for row in rows]
 
     @api.get("/api/eval/batches/{batch_id}", responses=problems)
     def get_batch(batch_id: str, client: Caller) -> dict[str, Any]:
-        """One batch with counts per status and each task's issue, status and summary."""
-        batch = owned(batch_id, client)
-        tasks = app.store.get_tasks(batch.batch_id)
-        data = batch.model_dump(mode="json", exclude={"report", "sha256", "source"})
-        data["counts"] = status_counts(tasks, every_status=True)
-        data["tasks"] = [
-            {
-                "task_id": t.task_id,
-                "status": t.status,
-                "issue_number": t.issue_number,
-                "issue_url": t.issue_url,
-                "summary": t.result.summary if t.result else None,
-                "details": t.result.details if t.result else None,
-            }
-            for t in tasks
-        ]
-        return data
+        """One batch: progress (with tasks still settling), counts per status, attempts and
+        delivery, and each task's issue, status and result."""
+        return owned(batch_id, client, tasks=True)
 
     @api.get(
         "/api/eval/batches/{batch_id}/report",
@@ -202,7 +181,8 @@ def create_api(app: App) -> FastAPI:
     def get_report(batch_id: str, client: Caller) -> Response:
         """The report of an ended batch: the same bytes as `outbox/<batch_id>.json` and
         the callback body (409 `not_finished` while it runs)."""
-        body = _report_body(app, owned(batch_id, client))
+        owned(batch_id, client)  # another client's answers 404
+        body = _report_body(app, app.store.get_batch(batch_id))
         return Response(body, media_type="application/json")
 
     @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
@@ -210,14 +190,14 @@ def create_api(app: App) -> FastAPI:
         batch_id: str, client: Caller, force: Annotated[bool, Query()] = False
     ) -> dict[str, Any]:
         """Deliver the report of a finished batch (again with `force`)."""
-        batch = owned(batch_id, client)
-        return app.delivery.emit(batch.batch_id, force=force)
+        owned(batch_id, client)
+        return app.delivery.emit(batch_id, force=force)
 
     @api.post("/api/eval/batches/{batch_id}/cancel", responses=problems)
     def cancel(batch_id: str, client: Caller) -> dict[str, Any]:
         """Cancel a running batch; finished results are kept, the report is emitted."""
-        batch = owned(batch_id, client)
-        done = app.lifecycle.cancel(batch.batch_id)
+        owned(batch_id, client)
+        done = app.lifecycle.cancel(batch_id)
         return {
             "ok": True,
             "batch_id": done.batch_id,

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import requests
 
 from .attempts import Attempts
 from .billing import Billing
@@ -70,12 +69,20 @@ def _check_state_path(settings: Settings) -> None:
         raise ConfigError(f"SAAS_EVAL_STATE_DIR: {path} is not a folder")
 
 
-def forge_scheduler(settings: Settings) -> ForgeScheduler:
+def forge_scheduler(
+    settings: Settings, on_limit: Callable[[int], None] | None = None
+) -> ForgeScheduler:
     """The fair gate in front of the forge, its budget starting at
-    `SAAS_EVAL_INTAKE_CONCURRENCY` and found between 1 and `SAAS_EVAL_FORGE_MAX_INFLIGHT`."""
+    `SAAS_EVAL_INTAKE_CONCURRENCY` and found between 1 and `SAAS_EVAL_FORGE_MAX_INFLIGHT`;
+    `on_limit` is told each new budget (the metrics' gauge)."""
     limiter = Limiter(
-        initial=settings.intake_concurrency, floor=1, ceiling=settings.forge_max_inflight
+        initial=settings.intake_concurrency,
+        floor=1,
+        ceiling=settings.forge_max_inflight,
+        on_change=on_limit,
     )
+    if on_limit is not None:
+        on_limit(limiter.limit)
     weights = settings.weights
     return ForgeScheduler(limiter, forge_outcome, lambda client: weights.get(client, 1))
 
@@ -83,30 +90,29 @@ def forge_scheduler(settings: Settings) -> ForgeScheduler:
 def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     """Wire store, billing, forge client, the stages and the inbox from settings.
 
-    Forge calls and callbacks are tried once per visit (`attempts=1`): the durable
-    schedule of each batch decides the next visit, so no worker ever sleeps on a retry.
+    Forge calls and callbacks are tried once per visit: the durable schedule of each
+    batch decides the next visit (attempts.py), so no worker ever sleeps on a retry.
     """
     _check_state_path(settings)
     make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
     store = Store(settings.state_path)
     billing = Billing(store, settings.task_price)
-    metrics = Metrics()
+    metrics = Metrics(settings.forge_timeout)
     gitea = None
     if with_forge and settings.gitea_url and settings.gitea_token:
-        session = requests.Session()  # every forge exchange is counted and timed
-        session.hooks["response"].append(metrics.observe_forge)
         gitea = GiteaClient(
             settings.gitea_url,
             settings.gitea_token,
             timeout=settings.forge_timeout,
             label_lock=settings.state_path / "labels.lock",
-            session=session,
-            scheduler=forge_scheduler(settings),
+            scheduler=forge_scheduler(settings, metrics.set_forge_inflight_limit),
+            observe=metrics.observe_forge,  # every forge call is counted and timed
         )
     emitter = Emitter(
         FileEmitter(settings.outbox_path),
         WebhookEmitter(timeout=settings.callback_timeout),
         CallbackPolicy(settings.callback_allow),
+        on_attempt=metrics.count_delivery,
     )
     attempts = Attempts(
         store,
@@ -145,6 +151,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
         intake.open_now = open_now
         inbox.on_recorded = lambda batch_id, _client: open_now(batch_id)
     inbox.on_reject = RejectionLog(settings.state_path).append
+    inbox.on_filed = metrics.observe_drop
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
     nudges = Nudges()
     webhooks = WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges)

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     gitea_token_file: Path | None = None
     operator_key: str | None = None
     operator_key_file: Path | None = None
+    metrics_token: str | None = None
+    metrics_token_file: Path | None = None
+    metrics_per_client: bool = False
     owner: str | None = None
     repo: str | None = None
     poll_interval: float = Field(default=30.0, gt=0)
@@ -86,7 +89,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _read_secret_files(self) -> Settings:
         """Secrets may come from a file (`*_FILE`, e.g. a mounted secret): never from argv."""
-        for name in ("gitea_token", "operator_key"):
+        for name in ("gitea_token", "operator_key", "metrics_token"):
             path = getattr(self, f"{name}_file")
             if getattr(self, name) or path is None:
                 continue

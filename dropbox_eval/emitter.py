@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,11 +178,17 @@ class Emitter:
     """Chooses file drop or callback for a report; keeps undelivered reports on disk."""
 
     def __init__(
-        self, files: FileEmitter, webhooks: WebhookEmitter, policy: CallbackPolicy | None = None
+        self,
+        files: FileEmitter,
+        webhooks: WebhookEmitter,
+        policy: CallbackPolicy | None = None,
+        on_attempt: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_attempt` is told the outcome of every delivery: `delivered` or `failed`."""
         self.files = files
         self.webhooks = webhooks
         self.policy = policy or CallbackPolicy()
+        self.on_attempt = on_attempt
 
     @property
     def undelivered_dir(self) -> Path:
@@ -192,6 +199,15 @@ class Emitter:
         self, report: dict[str, Any], callback_url: str | None, secret: str | None = None
     ) -> str:
         """Deliver the report; return a description of where it went."""
+        try:
+            where = self._deliver(report, callback_url, secret)
+        except DeliveryError:
+            self._attempted("failed")
+            raise
+        self._attempted("delivered")
+        return where
+
+    def _deliver(self, report: dict[str, Any], callback_url: str | None, secret: str | None) -> str:
         if not callback_url:
             return str(self.files.write(report))
         webhook_id = f"msg_{report['batch_id']}"
@@ -203,6 +219,10 @@ class Emitter:
             raise
         (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
         return f"{shown_url(callback_url)} (HTTP {status})"
+
+    def _attempted(self, outcome: str) -> None:
+        if self.on_attempt is not None:
+            self.on_attempt(outcome)
 
     def _check(self, url: str) -> CallbackTarget:
         """Re-check at delivery time: the name may resolve elsewhere than at intake."""

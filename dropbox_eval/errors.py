@@ -21,7 +21,8 @@ Tree::
         +-- NotRunning         cancel of a batch that already ended
         +-- Busy               another process is creating the batch's issues
 
-`answer_for` is the one table from an error to its HTTP status and CLI exit code.
+`answer_for` is the one table from an error to its HTTP status and CLI exit code;
+`error_document` is what the API answers and the CLI prints under `--json`.
 """
 
 from __future__ import annotations
@@ -135,13 +136,14 @@ class Busy(Conflict):
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 0, 1, 2, 3, 4, 5
+EXIT_NOT_RUNNING = 3  # `status` of a stopped service, as `systemctl status` says "inactive"
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
-# every exit code the CLI documents (docs/operating.md); a test reaches each one
+# every exit code the CLI documents (README "Exit codes"); a test reaches each one
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_FAILED: "an operation failed (forge, delivery, state; a batch in the wrong state)",
     EXIT_USAGE: "usage or configuration error (bad flag or argument, missing setting, no state)",
-    EXIT_NOT_FOUND: "unknown batch or client",
+    EXIT_NOT_FOUND: "unknown batch or client; `status`: the service is not running",
     EXIT_REJECTED: "the submitted batch was rejected",
     EXIT_RUNNING: "another service already runs on this state folder",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
@@ -178,3 +180,15 @@ def answer_for(error: DropboxEvalError) -> tuple[int, int, str]:
                 return http_status, exit_code, error.reason
             return http_status, exit_code, reason
     raise AssertionError("DropboxEvalError is the last row")
+
+
+def error_document(error: DropboxEvalError) -> dict[str, Any]:
+    """`{"ok": false, "reason", "message", ...}`: the API's answer to an error and what the
+    command line prints for it under `--json`."""
+    _, _, reason = answer_for(error)
+    body: dict[str, Any] = {"ok": False, "reason": reason, "message": str(error)}
+    if isinstance(error, BatchRejected):
+        body.update(error.as_dict())
+    elif isinstance(error, Conflict):
+        body.update(error.details)
+    return body

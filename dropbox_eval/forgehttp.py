@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -31,6 +32,7 @@ from .neterrors import plain_reason
 from .scheduler import ForgeScheduler
 
 PAGE_LIMIT = 50
+CONNECT_TIMEOUT = 5.0  # seconds to connect; reading an answer may take `timeout` more
 LABEL_LOCK_TIMEOUT = 60.0
 MAX_REDIRECTS = 5
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -38,6 +40,10 @@ KEEPS_METHOD = frozenset({307, 308})
 _NEXT_LINK_RE = re.compile(r'<[^>]*>;\s*rel="next"')
 _REPO_PATH_RE = re.compile(r"^/repos/([^/?#]+)/([^/?#]+)")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+Observer = Callable[[str, str, str, float], None]
+"""Told of each forge exchange: method, path, outcome (status code, `timeout`,
+`connection`), seconds."""
 
 
 class ForgeTransport:
@@ -53,15 +59,19 @@ class ForgeTransport:
         session: requests.Session | None = None,
         label_lock: Path | None = None,
         scheduler: ForgeScheduler | None = None,
+        observe: Observer | None = None,
     ) -> None:
         """`label_lock`: a lock file shared by every process that may create labels in the
         same repos (the service and the CLI use `<state>/labels.lock`). `scheduler`: the
-        fair gate every exchange waits at (none: each goes at once)."""
+        fair gate every exchange waits at (none: each goes at once). `observe` is told of
+        every exchange: (method, path, outcome, seconds), the outcome being the status
+        code, `timeout` or `connection` (the metrics count them)."""
         self.scheduler = scheduler
         self.base_url = base_url.rstrip("/")
         self.api = f"{self.base_url}/api/v1"
         self.timeout = timeout
         self.session = session or requests.Session()
+        self.observe = observe
         self.session.headers.update(
             {
                 "Authorization": f"token {token}",
@@ -106,22 +116,30 @@ class ForgeTransport:
             self._moves[old.casefold()] = new
 
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """One HTTP exchange, every failure translated into the project's errors."""
+        """One HTTP exchange, every failure translated into the project's errors; observed
+        around the call, so a timeout or a refused connection is counted too."""
+        started = time.monotonic()
+        outcome = "connection"
         try:
             response = self.session.request(
                 method,
                 f"{self.api}{path}",
-                timeout=(5.0, self.timeout),
+                timeout=(CONNECT_TIMEOUT, self.timeout),
                 allow_redirects=False,
                 **kwargs,
             )
             if response.status_code in REDIRECTS:
                 response = self._follow(method, path, response, kwargs)
+            outcome = str(response.status_code)
         except requests.Timeout as exc:
+            outcome = "timeout"
             raise ForgeRetryable(f"{method} {path}: forge timed out") from exc
         except requests.RequestException as exc:
             why = plain_reason(exc)  # no pool reprs or errno in a message
             raise ForgeRetryable(f"{method} {path}: forge unreachable ({why})") from exc
+        finally:
+            if self.observe is not None:
+                self.observe(method, f"/api/v1{path}", outcome, time.monotonic() - started)
         if response.status_code < 300:
             if method not in ("GET", "HEAD"):
                 crashpoints.wrote(f"{method} {path}")
@@ -150,7 +168,7 @@ class ForgeTransport:
             response = self.session.request(
                 method,
                 target,
-                timeout=(5.0, self.timeout),
+                timeout=(CONNECT_TIMEOUT, self.timeout),
                 allow_redirects=False,
                 headers=headers,
                 **resend,
@@ -170,7 +188,7 @@ class ForgeTransport:
         return self.session.request(
             method,
             f"{self.api}/repos/{canonical}{path[match.end() :]}",
-            timeout=(5.0, self.timeout),
+            timeout=(CONNECT_TIMEOUT, self.timeout),
             allow_redirects=False,
             **kwargs,
         )

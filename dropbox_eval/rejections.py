@@ -22,6 +22,24 @@ from filelock import FileLock
 from .fileio import write_atomically
 
 MAX_BYTES = 1024 * 1024
+REJECTION_REASONS = (
+    "invalid_json",
+    "invalid_encoding",
+    "invalid_batch",
+    "invalid_name",
+    "missing_client_id",
+    "client_mismatch",
+    "reserved_client_id",
+    "unknown_client",
+    "unfunded",
+    "callback_refused",
+    "too_large",
+    "too_many_tasks",
+    "symlink",
+    "unknown_batch",
+    "not_running",
+)
+"""Every reason a dropped file is rejected for (README "File protocol" lists each)."""
 _FIELDS = ("reason", "message", "file", "client_id", "rejected_at", "limit")
 
 

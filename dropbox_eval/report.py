@@ -20,6 +20,7 @@ from .models import (
     TaskResult,
     TaskStatus,
 )
+from .timestamps import rfc3339
 
 _JSON_FENCE_RE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL)
 _FENCE_RE = re.compile(r"```.*?```", re.DOTALL)
@@ -193,4 +194,9 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
         ],
     )
     data: dict[str, Any] = report.model_dump(mode="json")
+    for name in ("created_at", "completed_at"):  # the one format a client sees
+        data[name] = rfc3339(data[name])
+    for result in data["results"]:
+        if result["pull_request"] is not None:
+            result["pull_request"]["merged_at"] = rfc3339(result["pull_request"]["merged_at"])
     return data

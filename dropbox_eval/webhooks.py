@@ -36,6 +36,17 @@ log = logging.getLogger("dropbox_eval")
 EVENTS = ("issues", "issue_comment", "pull_request")
 REMEMBERED_DELIVERIES = 10_000
 REPLAY_WINDOW = 3600.0
+WEBHOOK_OUTCOMES = (
+    "accepted",
+    "ignored_event",
+    "unsigned",
+    "bad_signature",
+    "replayed",
+    "bad_payload",
+    "unknown_repo",
+    "not_configured",
+)
+"""Every outcome `WebhookReceiver.receive` counts (the metrics start each at 0)."""
 
 
 class Nudges:

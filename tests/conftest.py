@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -191,3 +192,14 @@ def isolated_cli(home: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatc
             monkeypatch.delenv(key)
     monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)
     return Cli(home, forge)
+
+
+@contextlib.contextmanager
+def served(app: App) -> Iterator[str]:
+    """The HTTP server (API, metrics, health, page) over `app` on a loopback port, as
+    `serve` runs it, for as long as the block runs; its base URL."""
+    server = BackgroundServer(create_web(app, lambda: True))
+    try:
+        yield server.start()
+    finally:
+        server.stop()

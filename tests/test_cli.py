@@ -87,7 +87,7 @@ def test_submit_rejected_file_exits_4(cli, tmp_path: Path) -> None:  # type: ign
 def test_status_reports_not_running(cli) -> None:  # type: ignore[no-untyped-def]
     cli("clients", "add", "acme")
     result = cli("status", "--json")
-    assert result.exit_code == 0
+    assert result.exit_code == 3  # as `systemctl status` of a stopped unit
     assert json.loads(result.output)["running"] is False
 
 

@@ -90,8 +90,9 @@ def test_read_only_commands_leave_an_existing_state_as_it_is(cli: Cli) -> None:
     stale.write_text("x")
     os.utime(stale, (1, 1))  # a crash's leftover: only a writing command cleans it
     before = sorted(p.relative_to(cli.home) for p in cli.home.rglob("*"))
-    for command in (["batches"], ["batch", batch_id], ["status"], ["clients", "list"]):
+    for command in (["batches"], ["batch", batch_id], ["clients", "list"]):
         assert cli(*command).exit_code == 0
+    assert cli("status").exit_code == 3  # not running
     assert cli("watch", batch_id, "--interval", "0.05").exit_code == 1  # no service
     assert sorted(p.relative_to(cli.home) for p in cli.home.rglob("*")) == before
 
@@ -194,7 +195,7 @@ def test_status_of_a_stopped_service_shows_no_pid(cli: Cli) -> None:
     cli("clients", "add", "acme")
     assert cli("run", "--once").exit_code == 0
     shown = cli("status")
-    assert shown.exit_code == 0
+    assert shown.exit_code == 3
     assert "not running (stopped 20" in shown.output and "pid" not in shown.output
     assert "pid" not in json.loads(cli("status", "--json").stdout)
 
@@ -274,3 +275,94 @@ def test_every_documented_exit_code_is_reachable(cli: Cli) -> None:
         assert busy.exit_code == 5 and "sandbox forge at" not in busy.stderr  # none started
     reached.add(_interrupted_watch(cli, running)[0])  # Ctrl-C: 130
     assert reached == set(EXIT_CODES)
+
+
+# -- issue 21: --json everywhere, JSON errors, status exit codes, flags, help, reference --------
+
+SERVICES = {("run",), ("serve",)}  # they print logs (--log-format json), not data
+
+
+def _every_command() -> Iterator[tuple[list[str], click.Command]]:
+    for path in _commands(main, []):
+        command: click.Command = main
+        for name in path:
+            assert isinstance(command, click.Group)
+            command = command.commands[name]
+        if not isinstance(command, click.Group):
+            yield path, command
+
+
+def test_every_command_that_prints_takes_json() -> None:
+    for path, command in _every_command():
+        has_json = any(p.name == "as_json" for p in command.params)
+        assert has_json != (tuple(path) in SERVICES), path
+
+
+def test_every_option_has_help() -> None:
+    for path, command in [([], main), *_every_command()]:
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert param.help, (path, param.name)
+
+
+def test_errors_under_json_are_documents_on_stdout(cli: Cli) -> None:
+    cli("clients", "add", "acme")
+    unknown = cli("batch", "20260101-000000-nope", "--json")
+    assert unknown.exit_code == 3 and unknown.stderr == ""
+    assert json.loads(unknown.stdout) == {
+        "ok": False,
+        "reason": "not_found",
+        "message": "no batch '20260101-000000-nope'",
+    }
+    usage = cli("batches", "--status", "runing", "--json")
+    assert usage.exit_code == 2
+    document = json.loads(usage.stdout)
+    assert document["ok"] is False and document["reason"] == "usage"
+    assert "'runing' is not one of" in document["message"]
+    zero = cli("clients", "fund", "acme", "0", "--json")
+    assert zero.exit_code == 2 and json.loads(zero.stdout)["reason"] == "usage"
+    bad = cli.home / "bad.json"
+    bad.write_text("{nope")
+    rejected = cli("submit", str(bad), "--client", "acme", "--json")
+    assert rejected.exit_code == 4 and json.loads(rejected.stdout)["reason"] == "invalid_json"
+    nowhere = cli("status", "--home", str(cli.home / "nowhere"), "--json", base=False)
+    assert nowhere.exit_code == 2 and json.loads(nowhere.stdout)["reason"] == "not_configured"
+    # the same commands without --json: one line on stderr, nothing on stdout
+    plain = cli("batch", "20260101-000000-nope")
+    assert plain.exit_code == 3 and plain.stdout == ""
+    assert plain.stderr.startswith("error: no batch")
+
+
+def test_status_exits_0_running_and_3_stopped(cli: Cli) -> None:
+    cli("clients", "add", "acme")
+    stopped = cli("status", "--json")
+    assert stopped.exit_code == 3 and json.loads(stopped.stdout)["running"] is False
+    with FileLock(str(cli.home / "state" / "service.lock")):  # as if a service ran
+        running = cli("status", "--json")
+    assert running.exit_code == 0 and json.loads(running.stdout)["running"] is True
+
+
+def test_setting_flags_are_offered_only_where_they_are_used(cli: Cli) -> None:
+    status_help = cli("status", "--help", base=False).output
+    assert "--home" in status_help and "--state-dir" in status_help
+    for unused in ("--gitea-url", "--owner", "--poll-interval", "--task-price", "--inbox"):
+        assert unused not in status_help, unused
+    sandbox_help = cli("sandbox", "--help", base=False).output
+    assert "SAAS_EVAL_" not in sandbox_help
+    run_help = cli("run", "--help", base=False).output
+    for used in ("--home", "--gitea-url", "--owner", "--poll-interval", "--task-price"):
+        assert used in run_help, used
+    refused = cli("status", "--gitea-url", "http://x", base=False)
+    assert refused.exit_code == 2 and "No such option '--gitea-url'" in refused.output
+    # before the sub-command every setting flag is still accepted
+    cli("clients", "add", "acme")
+    assert cli("--poll-interval", "5", "batches", "--json").exit_code == 0
+
+
+def test_the_readme_cli_reference_is_the_commands_own_help() -> None:
+    from dropbox_eval.cli.reference import COMMAND, END, START, render
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert START in readme and END in readme
+    shown = readme[readme.index(START) : readme.index(END) + len(END)]
+    assert shown == render(), f"README is stale: run {COMMAND}"

@@ -102,7 +102,7 @@ def test_the_page_follows_progress_and_redelivers(
         page.fill('input[name="key"]', KEY)  # posted once; the session cookie does the rest
         page.get_by_role("button", name="Sign in").click()
         in_flight = page.locator(f'#in-flight tr[data-batch="{running}"]')
-        expect(in_flight.locator(".done")).to_have_text("0/2")
+        expect(in_flight.locator(".done")).to_have_text("0/2 done")
         expect(page.locator("#rejections")).to_contain_text("invalid_json")
         expect(page.locator("#clients")).to_contain_text(funded)
         styled = page.evaluate("getComputedStyle(document.body).backgroundColor")
@@ -114,7 +114,7 @@ def test_the_page_follows_progress_and_redelivers(
         forge.finish_issue(owner, name, first, comment="ok", labels=["eval-pass"])
         app.poller.poll_batches([running], full=True, probe=False)
         # no reload from the test: the page refreshes itself
-        expect(in_flight.locator(".done")).to_have_text("1/2")
+        expect(in_flight.locator(".done")).to_have_text("1/2 done")
 
         row = page.locator(f'#undelivered tr[data-batch="{ended}"]')
         expect(row).to_contain_text("500")

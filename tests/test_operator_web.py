@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -15,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 import requests
-from conftest import OPERATOR_KEY, PATIENCE, tasks, wait_for
+from conftest import OPERATOR_KEY, PATIENCE, served, tasks, wait_for
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,21 +33,11 @@ T = TypeVar("T")
 _OPENED: list[str] | None = None  # files opened while a test watches (audit hook below)
 
 
-@contextlib.contextmanager
-def _served(app: App) -> Iterator[str]:
-    """The web app over `app` on a loopback port, for as long as the block runs."""
-    server = BackgroundServer(create_web(app, lambda: True))
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def web(app: App) -> Iterator[str]:
     """The web app over `app`, on a loopback port, with an operator key."""
     app.settings.operator_key = KEY
-    with _served(app) as url:
+    with served(app) as url:
         yield url
 
 
@@ -121,6 +110,7 @@ def test_route_templates_bound_the_label_values() -> None:
 def test_metrics_match_the_store_after_a_demo_sized_run(
     app: App, forge: SandboxForge, funded: str, web: str
 ) -> None:
+    app.settings.metrics_per_client = True  # SAAS_EVAL_METRICS_PER_CLIENT
     _drop(app, funded, "one.json", json.dumps({"batch_ref": "one", "tasks": tasks(3)}))
     _drop(app, funded, "bad.json", "{not json")
     _drop(app, funded, "empty.json", json.dumps({"tasks": []}))
@@ -233,7 +223,7 @@ def test_the_page_needs_the_operator_key(app: App, funded: str, web: str) -> Non
 
 
 def test_the_page_is_off_without_a_key(app: App) -> None:
-    with _served(app) as url:
+    with served(app) as url:
         for key in ("", "anything"):
             page = requests.post(f"{url}/operator/login", data={"key": key}, timeout=30)
             assert page.status_code == 401 and "SAAS_EVAL_OPERATOR_KEY" in page.text
@@ -424,7 +414,7 @@ def _scrape_without_history(app: App) -> dict[tuple[str, tuple[tuple[str, str], 
     """Scrape a freshly started web app over `app`'s state, and view its page; fail if
     either read the archive."""
     app.settings.operator_key = KEY
-    with _served(build_app(app.settings)) as url:  # a new process's view: no caches
+    with served(build_app(app.settings)) as url:  # a new process's view: no caches
         session, _ = _sign_in(url)
         samples, opened = _opened_during(lambda: _samples(url))
         page, page_opened = _opened_during(lambda: session.get(f"{url}/operator", timeout=30))
@@ -439,6 +429,7 @@ def _scrape_without_history(app: App) -> dict[tuple[str, tuple[tuple[str, str], 
 def test_a_scrape_reads_no_archived_history_and_matches_the_store_after_restarts(
     app: App, forge: SandboxForge, funded: str
 ) -> None:
+    app.settings.metrics_per_client = True
     _archive_finished(app, forge, funded, 3, ["eval-pass", "eval-fail"])
     app.intake.submit_batch(funded, tasks(1))
     assert app.store.count_batches() == {"emitted": 3, "running": 1}
@@ -455,6 +446,7 @@ def test_a_scrape_reads_no_archived_history_and_matches_the_store_after_restarts
 def test_a_state_from_before_the_running_totals_is_summed_once(
     app: App, forge: SandboxForge, funded: str
 ) -> None:
+    app.settings.metrics_per_client = True
     _archive_finished(app, forge, funded, 2, ["eval-pass", "eval-pass"])
     index_path = app.settings.state_path / "index.json"
     index = json.loads(index_path.read_text())
@@ -463,7 +455,7 @@ def test_a_state_from_before_the_running_totals_is_summed_once(
     write_atomically(index_path, json.dumps(index))
     expected = _store_figures(app)
 
-    with _served(build_app(app.settings)) as url:
+    with served(build_app(app.settings)) as url:
         first = _samples(url)  # sums the archive once and keeps the totals
     assert {name: first[name] for name in expected} == expected
     assert expected[("dropbox_eval_tasks", (("status", "passed"),))] == 4

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -310,7 +312,9 @@ def test_put_replaces_a_pending_file_and_resumes_are_refused(stack: Stack, tmp_p
         "mkdir sub",
         "put local.json accepted/local.json",
         "put local.json notes.txt",
-        "put local.json .hidden.json",
+        "put local.json .sftp-mine.part",
+        "put local.json accepted/.x.json.tmp",
+        "get accepted/.x.json.receipt.json",
         "rm accepted/x.json.receipt.json",
         "rename accepted/x.json.receipt.json x.json",
     ],
@@ -505,3 +509,93 @@ def test_key_commands_and_status(stack: Stack, tmp_path: Path) -> None:
     assert status["port"] == stack.port
     second = _cli(stack.home, "sftp", "--port", "0")
     assert second.returncode == 5 and "already runs" in second.stderr
+
+
+# -- the README's upload recipes, with the real clients (issue 21) ----------------------------
+
+
+def lftp(stack: Stack, client: str, commands: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Real lftp over sftp://, through OpenSSH with the pinned host key (README recipe).
+    Without lftp the test is skipped, except under CI=true (`.ci/run` installs it)."""
+    if shutil.which("lftp") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must test the lftp recipes: lftp is not installed")
+        pytest.skip("lftp is not installed (Debian: apt-get install lftp)")
+    connect = " ".join(["ssh", "-a", "-x", *ssh_options(stack, "acme")[:-2]])
+    script = (
+        "set cmd:fail-exit yes; set net:max-retries 1; "
+        f"set sftp:connect-program '{connect}'; {commands}; bye"
+    )
+    return subprocess.run(
+        ["lftp", "-u", f"{client},", "-e", script, f"sftp://127.0.0.1:{stack.port}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def _outcome_of(stack: Stack, client: str, name: str) -> str:
+    folder = stack.folder(client)
+    if (folder / "accepted" / f"{name}.receipt.json").exists():
+        return "accepted"
+    return "rejected" if (folder / "rejected" / f"{name}.error.json").exists() else "waiting"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "set xfer:use-temp-file yes",  # lftp's default temporary name: .in.<name>
+        "set xfer:use-temp-file yes; set xfer:temp-file-name *.part",
+        "set xfer:use-temp-file no",  # in place
+    ],
+)
+def test_lftp_recipes_upload_into_place(stack: Stack, tmp_path: Path, setting: str) -> None:
+    client = stack.acme
+    (tmp_path / "lftp.json").write_bytes(batch_json(client, "lftp.json"))
+    done = lftp(stack, client, f"{setting}; put lftp.json; cls -a", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "hidden names" not in done.stderr
+    assert wait_for(lambda: _outcome_of(stack, client, "lftp.json") == "accepted"), (
+        _outcome_of(stack, client, "lftp.json"),
+        stack.log_text()[-2000:],
+    )
+    assert wait_for(lambda: sorted(p.name for p in stack.folder(client).iterdir()) == ["accepted"])
+    filed = stack.folder(client) / "accepted" / "lftp.json"
+    assert filed.read_bytes() == batch_json(client, "lftp.json")
+
+
+def test_openssh_sftp_temporary_name_then_rename(stack: Stack, tmp_path: Path) -> None:
+    client = stack.acme
+    (tmp_path / "r.json").write_bytes(batch_json(client, "r.json"))
+    (tmp_path / "w.json").write_bytes(batch_json(client, "w.json"))
+    done = sftp(
+        stack,
+        "put r.json r.json.part\nrename r.json.part r.json\n"
+        "put w.json w.json.filepart\nrename w.json.filepart w.json\n",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    for name in ("r.json", "w.json"):
+        assert wait_for(lambda n=name: _outcome_of(stack, client, n) == "accepted"), name
+    assert wait_for(lambda: sorted(p.name for p in stack.folder(client).iterdir()) == ["accepted"])
+
+
+def test_hidden_names_are_the_clients_own_but_not_the_endpoints(
+    stack: Stack, tmp_path: Path
+) -> None:
+    client = stack.acme
+    (tmp_path / "h.json").write_bytes(batch_json(client, "h.json"))
+    done = sftp(stack, "put h.json .h.json.AbC123\nls -a -1\n", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert ".h.json.AbC123" in done.stdout and ".sftp-" not in done.stdout
+    hidden = stack.folder(client) / ".h.json.AbC123"
+    assert hidden.read_bytes() == batch_json(client, "h.json")
+    assert _outcome_of(stack, client, "h.json") == "waiting"  # hidden: never read as it is
+    renamed = sftp(stack, "rename .h.json.AbC123 h.json\n", cwd=tmp_path)
+    assert renamed.returncode == 0, renamed.stderr
+    assert wait_for(lambda: _outcome_of(stack, client, "h.json") == "accepted")
+    (tmp_path / "gone.json").write_bytes(b"{}")
+    removed = sftp(stack, "put gone.json .gone.tmp\nrm .gone.tmp\n", cwd=tmp_path)
+    assert removed.returncode == 0, removed.stderr
+    assert wait_for(lambda: sorted(p.name for p in stack.folder(client).iterdir()) == ["accepted"])

@@ -1,14 +1,16 @@
-"""The `dropbox-eval` command line (exit codes: errors.EXIT_CODES, docs/operating.md).
+"""The `dropbox-eval` command line (exit codes: errors.EXIT_CODES, README "Exit codes").
 
-Every setting flag is accepted before or after the sub-command (`dropbox-eval batches
---home x` and `dropbox-eval --home x batches`), and each one names its environment variable
-in `--help`. Secrets never need the command line: the forge token comes from
-`SAAS_EVAL_GITEA_TOKEN` or the file named by `--gitea-token-file`.
+The setting flags are accepted before the sub-command (`dropbox-eval --home x batches`), and
+after it on the commands that use them (`dropbox-eval batches --home x`; after wins); each
+names its environment variable in `--help`. Secrets never need the command line: the forge
+token comes from `SAAS_EVAL_GITEA_TOKEN` or the file named by `--gitea-token-file`. Under
+`--json` every error is a JSON document on stdout (output.py), usage errors included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,26 +19,37 @@ import click
 from .. import __version__
 from ..app import App, build_app, open_state
 from ..config import Settings, load_settings
+from ..errors import EXIT_INTERRUPTED
 from ..store import Store
 from .logs import configure_logging
+from .output import emit_error, problem
 
-SETTING_OPTIONS: list[tuple[str, str, Any, str]] = [
-    ("--home", "home", click.Path(path_type=Path, file_okay=False), "Root folder."),
-    ("--inbox", "inbox", click.Path(path_type=Path), "Drop folder (under home)."),
-    ("--output-dir", "output_dir", click.Path(path_type=Path), "Reports folder."),
-    ("--state-dir", "state_dir", click.Path(path_type=Path), "State folder."),
-    ("--gitea-url", "gitea_url", str, "Forge root URL."),
-    (
+SETTING_OPTIONS: dict[str, tuple[str, Any, str]] = {
+    "home": (
+        "--home",
+        click.Path(path_type=Path, file_okay=False),
+        "Root folder; relative folders are resolved against it.",
+    ),
+    "inbox": ("--inbox", click.Path(path_type=Path), "Drop folder (under home)."),
+    "output_dir": ("--output-dir", click.Path(path_type=Path), "Reports folder (under home)."),
+    "state_dir": ("--state-dir", click.Path(path_type=Path), "State folder (under home)."),
+    "gitea_url": ("--gitea-url", str, "Forge root URL (without /api/v1)."),
+    "gitea_token_file": (
         "--gitea-token-file",
-        "gitea_token_file",
         click.Path(path_type=Path, dir_okay=False),
         "File holding the forge token (or set SAAS_EVAL_GITEA_TOKEN).",
     ),
-    ("--owner", "owner", str, "User or org owning eval repos."),
-    ("--repo", "repo", str, "Shared owner/name repo."),
-    ("--poll-interval", "poll_interval", float, "Seconds between poll cycles."),
-    ("--task-price", "task_price", int, "Credits per task."),
-]
+    "owner": ("--owner", str, "User or org owning eval repos."),
+    "repo": ("--repo", str, "Shared owner/name repo (unset: one repo per batch)."),
+    "poll_interval": ("--poll-interval", float, "Seconds between poll cycles."),
+    "task_price": ("--task-price", int, "Credits per task."),
+}
+STATE = ("home", "state_dir")
+"""What a command that only reads the state needs."""
+FOLDERS = ("home", "inbox", "output_dir", "state_dir")
+"""What a command that writes the state (and so creates the folders) needs."""
+FORGE = ("gitea_url", "gitea_token_file", "owner", "repo")
+"""What a command that talks to the forge needs besides the token."""
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 LONG_RUNNING = frozenset({"run", "serve", "sandbox", "sftp"})  # they log INFO by default
 
@@ -77,47 +90,58 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The setting flags, accepted on the group and on every command."""
-    for flag, name, kind, text in reversed(SETTING_OPTIONS):
-        func = click.option(
-            flag,
-            name,
-            type=kind,
-            help=text,
-            default=None,
-            envvar=f"SAAS_EVAL_{name.upper()}",
-            show_envvar=True,
-            expose_value=False,
-            callback=_remember,
-            is_eager=True,
-            cls=SettingOption,
-        )(func)
-    return func
+F = Callable[..., Any]
 
 
-class SettingsGroup(click.Group):
-    """A group whose commands (and sub-groups' commands) all take the setting flags."""
+def uses(*names: str) -> Callable[[F], F]:
+    """Add the setting flags `names` (keys of SETTING_OPTIONS) to a command."""
 
-    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        """Register `cmd` with the setting flags added to it."""
-        _add_setting_params(cmd)
-        super().add_command(cmd, name)
+    def add(func: F) -> F:
+        for name in reversed(names):
+            flag, kind, text = SETTING_OPTIONS[name]
+            func = click.option(
+                flag,
+                name,
+                type=kind,
+                help=text,
+                default=None,
+                envvar=f"SAAS_EVAL_{name.upper()}",
+                show_envvar=True,
+                expose_value=False,
+                callback=_remember,
+                is_eager=True,
+                cls=SettingOption,
+            )(func)
+        return func
+
+    return add
 
 
-def _add_setting_params(cmd: click.Command) -> None:
-    if isinstance(cmd, click.Group):
-        for sub in cmd.commands.values():
-            _add_setting_params(sub)
-        return
-    known = {p.name for p in cmd.params}
-    probe = settings_options(lambda: None)
-    for param in reversed(getattr(probe, "__click_params__", [])):
-        if param.name not in known:
-            cmd.params.append(param)
+class Main(click.Group):
+    """The top group: under `--json`, a usage error is a JSON document on stdout too."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command line; see the class docstring."""
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv or not standalone_mode:
+            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            return super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            emit_error(problem("usage", exc.format_message()), as_json=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            sys.exit(EXIT_INTERRUPTED)
 
 
-@click.group(cls=SettingsGroup, context_settings=CONTEXT)
+@click.group(cls=Main, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="dropbox-eval")
 @click.option(
     "-v", "--verbose", count=True, help="More logging: -v info (one-shot commands), -vv debug."
@@ -131,7 +155,7 @@ def _add_setting_params(cmd: click.Command) -> None:
     show_default=True,
     help="json: one JSON object per log line (for log shippers).",
 )
-@settings_options
+@uses(*SETTING_OPTIONS)
 @click.pass_context
 def main(ctx: click.Context, /, verbose: int, log_format: str) -> None:
     """dropbox-eval: file-drop eval batches -> forge issues -> lane results -> reports."""
@@ -140,15 +164,22 @@ def main(ctx: click.Context, /, verbose: int, log_format: str) -> None:
 
 
 def _register() -> None:
-    from ..sftp.cli import add_key_command, keys_command, remove_key_command, sftp_command
-    from . import batches, check, clients, demo, service
+    from . import batches, check, clients, demo, service, submit
+    from .sftp import COMMANDS as SFTP_COMMANDS
+    from .sftp import KEY_COMMANDS
 
-    for key_command in (add_key_command, keys_command, remove_key_command):
+    for key_command in KEY_COMMANDS:
         clients.clients.add_command(key_command)
-    for module in (service, batches, check, demo):
-        for command in module.COMMANDS:
+    for commands in (
+        service.COMMANDS,
+        submit.COMMANDS,
+        batches.COMMANDS,
+        check.COMMANDS,
+        demo.COMMANDS,
+        SFTP_COMMANDS,
+    ):
+        for command in commands:
             main.add_command(command)
-    main.add_command(sftp_command)
     main.add_command(clients.clients)
 
 

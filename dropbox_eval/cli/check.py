@@ -12,7 +12,7 @@ from ..errors import EXIT_FAILED, EXIT_OK
 from ..service import already_running
 from ..statecheck import StateCheck
 from ..web.health import service_running
-from . import Context
+from . import FOLDERS, Context, uses
 from .output import emit_json, friendly_errors, json_option
 
 
@@ -24,11 +24,12 @@ from .output import emit_json, friendly_errors, json_option
     "and at every full reconciliation).",
 )
 @json_option
+@uses(*FOLDERS, "task_price")
 @click.pass_obj
 def check(obj: Context, repair: bool, as_json: bool) -> None:
     """Check that the index, the batch records and the ledger agree (read-only unless
     --repair). Exit 0 when nothing is left that a start cannot repair, 1 otherwise."""
-    with friendly_errors():
+    with friendly_errors(as_json):
         settings = obj.settings()
         if repair:
             if service_running(settings.state_path):

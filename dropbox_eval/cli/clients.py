@@ -1,4 +1,7 @@
-"""`dropbox-eval clients ...`: accounts, credits, secrets and API keys."""
+"""`dropbox-eval clients ...`: accounts, credits, secrets and API keys (SFTP keys: sftp.py).
+
+What they show comes from the read model (views): the same fields as the page.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..errors import NotFoundError
-from ..models import Client
-from . import Context
+from ..views import Views, client_view
+from . import FOLDERS, STATE, Context, uses
 from .output import console, emit_json, friendly_errors, json_option
 
 
@@ -20,15 +22,22 @@ def clients() -> None:
 
 @clients.command("add")
 @click.argument("client_id")
-@click.option("--credits", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--credits",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Credits to start with (a `fund` ledger entry).",
+)
 @json_option
+@uses(*FOLDERS)
 @click.pass_obj
 def clients_add(obj: Context, client_id: str, credits: int, as_json: bool) -> None:
     """Create a client account (prints its webhook secret once)."""
-    with friendly_errors():
+    with friendly_errors(as_json):
         client = obj.app().billing.add_client(client_id, credits)
     if as_json:
-        emit_json(_client_row(client) | {"webhook_secret": client.webhook_secret})
+        emit_json(client_view(client) | {"webhook_secret": client.webhook_secret})
         return
     click.echo(f"{client.client_id}: balance {client.balance}")
     click.echo(f"webhook secret: {client.webhook_secret}")
@@ -38,24 +47,26 @@ def clients_add(obj: Context, client_id: str, credits: int, as_json: bool) -> No
 @click.argument("client_id")
 @click.argument("credits", type=click.IntRange(min=1))
 @json_option
+@uses(*FOLDERS)
 @click.pass_obj
 def clients_fund(obj: Context, client_id: str, credits: int, as_json: bool) -> None:
     """Add CREDITS (a positive whole number) to a client's balance (a ledger entry)."""
-    with friendly_errors():
+    with friendly_errors(as_json):
         client = obj.app().billing.fund(client_id, credits)
     if as_json:
-        emit_json(_client_row(client))
+        emit_json(client_view(client))
         return
     click.echo(f"{client.client_id}: balance {client.balance}")
 
 
 @clients.command("list")
 @json_option
+@uses(*STATE)
 @click.pass_obj
 def clients_list(obj: Context, as_json: bool) -> None:
     """List every client with balance, held, available (reads the state, writes nothing)."""
-    with friendly_errors():
-        rows = [_client_row(c) for c in obj.store().list_clients()]
+    with friendly_errors(as_json):
+        rows = Views(obj.store()).clients()
     if as_json:
         emit_json(rows)
         return
@@ -64,20 +75,34 @@ def clients_list(obj: Context, as_json: bool) -> None:
 
 @clients.command("rotate-secret")
 @click.argument("client_id")
+@json_option
+@uses(*FOLDERS)
 @click.pass_obj
-def clients_rotate_secret(obj: Context, client_id: str) -> None:
+def clients_rotate_secret(obj: Context, client_id: str, as_json: bool) -> None:
     """Replace the client's webhook signing secret and print the new one."""
-    with friendly_errors():
-        click.echo(obj.app().billing.rotate_secret(client_id))
+    with friendly_errors(as_json):
+        secret = obj.app().billing.rotate_secret(client_id)
+    _show_once(client_id, "webhook_secret", secret, as_json)
 
 
 @clients.command("api-key")
 @click.argument("client_id")
+@json_option
+@uses(*FOLDERS)
 @click.pass_obj
-def clients_api_key(obj: Context, client_id: str) -> None:
+def clients_api_key(obj: Context, client_id: str, as_json: bool) -> None:
     """Issue an API key for the HTTP API (printed once; only its hash is stored)."""
-    with friendly_errors():
-        click.echo(obj.app().billing.new_api_key(client_id))
+    with friendly_errors(as_json):
+        key = obj.app().billing.new_api_key(client_id)
+    _show_once(client_id, "api_key", key, as_json)
+
+
+def _show_once(client_id: str, name: str, secret: str, as_json: bool) -> None:
+    """A secret printed once (only its hash, or the store, keeps it)."""
+    if as_json:
+        emit_json({"ok": True, "client_id": client_id, name: secret})
+    else:
+        click.echo(secret)
 
 
 @clients.command("show")
@@ -87,46 +112,38 @@ def clients_api_key(obj: Context, client_id: str) -> None:
 )
 @click.option("--all", "show_all", is_flag=True, help="The whole ledger.")
 @json_option
+@uses(*STATE)
 @click.pass_obj
 def clients_show(
     obj: Context, client_id: str | None, limit: int, show_all: bool, as_json: bool
 ) -> None:
     """Show all clients, or one client with its newest ledger entries (`--all`: every one)."""
-    with friendly_errors():
-        store = obj.store()
-        if client_id is None:
-            rows = [_client_row(c) for c in store.list_clients()]
-            ledger: list[dict[str, Any]] = []
-        else:
-            client = store.get_client(client_id)
-            if client is None:
-                raise NotFoundError(f"no client {client_id!r}")
-            rows = [_client_row(client)]
-            newest = store.ledger(client_id, limit=None if show_all else limit)
-            ledger = [e.model_dump(mode="json") for e in newest]
+    with friendly_errors(as_json):
+        views = Views(obj.store())
+        shown: Any = (
+            views.clients()
+            if client_id is None
+            else views.client(client_id, ledger_limit=None if show_all else limit)
+        )
     if as_json:
-        emit_json(rows[0] | {"ledger": ledger} if client_id else rows)
+        emit_json(shown)
         return
-    _print_clients(rows)
-    if client_id:
-        entries = Table("at", "kind", "amount", "balance after", "held after", "batch", "note")
-        for e in ledger:
-            entries.add_row(
-                e["at"][:19],
-                e["kind"],
-                str(moved(e)),
-                str(e["balance_after"]),
-                str(e["held_after"]),
-                e.get("batch_id") or "",
-                e.get("note") or "",
-            )
-        console.print(entries)
-
-
-def moved(entry: dict[str, Any]) -> int:
-    """The credits an entry moves: the balance change, or for a hold or release (which
-    leave the balance alone) the change of the held amount."""
-    return int(entry["amount"]) or int(entry["held_change"])
+    if client_id is None:
+        _print_clients(shown)
+        return
+    _print_clients([shown])
+    entries = Table("at", "kind", "amount", "balance after", "held after", "batch", "note")
+    for e in shown["ledger"]:
+        entries.add_row(
+            e["at"],
+            e["kind"],
+            str(e["moved"]),
+            str(e["balance_after"]),
+            str(e["held_after"]),
+            e.get("batch_id") or "",
+            e.get("note") or "",
+        )
+    console.print(entries)
 
 
 def _print_clients(rows: list[dict[str, Any]]) -> None:
@@ -137,13 +154,6 @@ def _print_clients(rows: list[dict[str, Any]]) -> None:
             str(row["balance"]),
             str(row["held"]),
             str(row["available"]),
-            row["created_at"][:19],
+            row["created_at"],
         )
     console.print(table)
-
-
-def _client_row(client: Client) -> dict[str, Any]:
-    row = client.model_dump(mode="json", exclude={"api_key_hashes", "webhook_secret"})
-    row["available"] = client.available
-    row["api_keys"] = len(client.api_key_hashes)
-    return row

@@ -16,9 +16,10 @@ from ..errors import EXIT_FAILED, DropboxEvalError
 from ..fileio import SHARED_MODE, write_atomically
 from ..models import utcnow
 from ..service import Service
+from ..views import Views
 from ..web.health import service_running
-from . import Context
-from .output import console, fail, friendly_errors
+from . import FOLDERS, Context, uses
+from .output import console, emit_json, fail, friendly_errors, json_option
 from .service import lane_option, sandbox_options
 
 DEMO_SETTLE_SECONDS = 4.0  # twice the sandbox lane's default SANDBOX_COMMENT_LAG
@@ -48,21 +49,35 @@ DEMO_BATCH = {
 
 
 @click.command()
-@click.option("--lane-delay", type=float, default=1.0, show_default=True)
-@click.option("--timeout", type=float, default=60.0, show_default=True)
+@click.option(
+    "--lane-delay",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds before the simulated lane closes an issue.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for the report before giving up (exit 1).",
+)
 @lane_option(
     "pulls",
     "The lane's protocol: `pulls` opens a PR per task and merges it (the `lane:fail` task's "
     "PR is abandoned); `labels` only labels, comments and closes.",
 )
+@json_option
+@uses(*FOLDERS, "task_price")
 @click.pass_obj
-def demo(obj: Context, lane_delay: float, timeout: float, lane: str) -> None:
+def demo(obj: Context, lane_delay: float, timeout: float, lane: str, as_json: bool) -> None:
     """The whole flow in this folder on the embedded sandbox forge; prints the report."""
     from ..sandbox import SandboxForge
 
-    with friendly_errors():
+    with friendly_errors(as_json):
         forge_run = SandboxForge.from_env(lane_delay=lane_delay, options=sandbox_options(lane))
-    with friendly_errors(), forge_run as forge:
+    with friendly_errors(as_json), forge_run as forge:
         settings = obj.settings(
             gitea_url=forge.url,
             gitea_token=forge.token,
@@ -87,12 +102,30 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str) -> None:
             json.dumps({**DEMO_BATCH, "batch_ref": batch_ref}, indent=2),
             mode=SHARED_MODE,
         )
-        click.echo(f"dropped {drop}")
-        report = _run_until_report(app, batch_ref, timeout)
+        say(f"dropped {drop}", as_json)
+        report = _run_until_report(app, batch_ref, timeout, as_json)
     if report is None:
-        fail(f"no report within {timeout:.0f}s; see `dropbox-eval status`", EXIT_FAILED)
+        fail(
+            f"no report within {timeout:.0f}s; see `dropbox-eval status`",
+            EXIT_FAILED,
+            as_json=as_json,
+            reason="timed_out",
+        )
+    if as_json:
+        emit_json({"ok": True, "report_path": str(report), "report": read_json(report)})
+        return
     click.echo(f"report: {report}")
     click.echo(report.read_text(encoding="utf-8"))
+
+
+def say(line: str, as_json: bool) -> None:
+    """A line for the person watching: stdout, or stderr when stdout carries JSON."""
+    click.echo(line, err=as_json)
+
+
+def read_json(path: Path) -> Any:
+    """The report as JSON."""
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _own_home_if_taken(obj: Context) -> dict[str, Any]:
@@ -114,7 +147,7 @@ def _own_home_if_taken(obj: Context) -> dict[str, Any]:
     }
 
 
-def _run_until_report(app: App, batch_ref: str, timeout: float) -> Path | None:
+def _run_until_report(app: App, batch_ref: str, timeout: float, as_json: bool) -> Path | None:
     service = Service(app)
     errors: list[DropboxEvalError] = []
 
@@ -126,17 +159,20 @@ def _run_until_report(app: App, batch_ref: str, timeout: float) -> Path | None:
 
     thread = threading.Thread(target=run, name="service", daemon=True)
     thread.start()
+    views = Views(app.store)
     deadline = time.monotonic() + timeout
     found: Path | None = None
     with console.status("waiting for the lane...") as spinner:
+        if as_json:
+            spinner.stop()
         while time.monotonic() < deadline and found is None:
             if errors:
                 raise errors[0]
             time.sleep(0.2)
-            batch_id = app.store.find_batch("demo", batch_ref=batch_ref)
+            batch_id = views.find("demo", batch_ref)
             if batch_id:
-                batch = app.store.get_batch(batch_id)
-                spinner.update(f"batch {batch_id}: {batch.done}/{batch.total} done, {batch.status}")
+                view = views.batch_summary(batch_id)
+                spinner.update(f"batch {batch_id}: {view['status']}, {view['progress']['text']}")
                 path = app.settings.outbox_path / f"{batch_id}.json"
                 found = path if path.exists() else None
     service.stop()

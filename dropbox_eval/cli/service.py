@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ..app import build_app
-from ..errors import ConfigError
+from ..errors import EXIT_NOT_RUNNING, EXIT_OK, ConfigError
 from ..names import is_reserved_client_id, rename_advice
-from ..service import Service, already_running, read_status
+from ..service import Service, already_running
 from ..sftp import sftp_status
+from ..views import Views
 from ..web.health import service_running
-from . import Context
+from . import FOLDERS, FORGE, STATE, Context, uses
 from .output import emit_json, friendly_errors, json_option
 
 if TYPE_CHECKING:
@@ -70,7 +69,9 @@ def sandbox_options(lane: str | None) -> SandboxOptions:
     show_default=True,
     envvar="SAAS_EVAL_HTTP_HOST",
     show_envvar=True,
+    help="Address the HTTP server listens on (with --http-port).",
 )
+@uses(*FOLDERS, *FORGE, "poll_interval", "task_price")
 @click.pass_obj
 def run(
     obj: Context,
@@ -142,8 +143,9 @@ def _maybe_sandbox(
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8080, show_default=True, help="Port to listen on.")
+@uses(*FOLDERS, *FORGE, "task_price")
 @click.pass_obj
 def serve(obj: Context, host: str, port: int) -> None:
     """Serve the HTTP API (OpenAPI at /docs), /metrics, /healthz, /readyz and /operator."""
@@ -158,7 +160,9 @@ def serve(obj: Context, host: str, port: int) -> None:
 
 
 @click.command()
-@click.option("--port", type=int, default=3000, show_default=True)
+@click.option(
+    "--port", type=int, default=3000, show_default=True, help="Port on 127.0.0.1 (0: any free)."
+)
 @click.option(
     "--lane-delay",
     type=float,
@@ -167,18 +171,27 @@ def serve(obj: Context, host: str, port: int) -> None:
     help="Seconds before the simulated lane closes an issue (negative: no lane).",
 )
 @lane_option(None, "The lane's protocol (default: SANDBOX_LANE_MODE).")
-def sandbox(port: int, lane_delay: float, lane: str | None) -> None:
-    """Run the sandbox forge (Gitea API subset + simulated lane) alone."""
+@json_option
+def sandbox(port: int, lane_delay: float, lane: str | None, as_json: bool) -> None:
+    """Run the sandbox forge (Gitea API subset + simulated lane) alone; prints the settings
+    that point the service at it."""
     from ..sandbox import SandboxForge
 
     delay = lane_delay if lane_delay >= 0 else None
-    with friendly_errors():
+    with friendly_errors(as_json):
         options = sandbox_options(lane)
         forge_run = SandboxForge.from_env(port=port, lane_delay=delay, options=options)
     with forge_run as forge:
-        click.echo(f"SAAS_EVAL_GITEA_URL={forge.url}")
-        click.echo(f"SAAS_EVAL_GITEA_TOKEN={forge.token}")
-        click.echo(f"SAAS_EVAL_OWNER={forge.user}")
+        shown = {
+            "SAAS_EVAL_GITEA_URL": forge.url,
+            "SAAS_EVAL_GITEA_TOKEN": forge.token,
+            "SAAS_EVAL_OWNER": forge.user,
+        }
+        if as_json:
+            emit_json(shown, lines=True)
+        else:
+            click.echo("\n".join(f"{name}={value}" for name, value in shown.items()))
+        sys.stdout.flush()
         click.echo("sandbox forge running; Ctrl-C stops it", err=True)
         with contextlib.suppress(KeyboardInterrupt):
             while True:
@@ -187,28 +200,29 @@ def sandbox(port: int, lane_delay: float, lane: str | None) -> None:
 
 @click.command()
 @json_option
+@uses(*STATE)
 @click.pass_obj
 def status(obj: Context, as_json: bool) -> None:
-    """Whether the service runs, since when, its last poll and last error (writes nothing)."""
-    with friendly_errors():
-        store = obj.store()
-        record = read_status(store.state_dir) if service_running(store.state_dir) else {}
-        record.setdefault("running", False)
-        if not record["running"]:  # the pid of a stopped service means nothing any more
-            old = _stopped_record(store.state_dir)
-            kept = ("stopped_at", "last_error", "state_problems")
-            record.update({k: old[k] for k in kept if old.get(k)})
-        counts = store.count_batches()  # the index alone, whatever the history
-        record["batches"] = counts
-        record["sftp"] = sftp_status(store.state_dir)
+    """Whether the service runs, since when, its last poll and last error (writes nothing).
+    Exit 0 when it runs and 3 when it does not (as `systemctl status`)."""
+    with friendly_errors(as_json):
+        views = Views(obj.store())
+        record = views.service()
+        record["batches"] = views.count()  # the index alone, whatever the history
+        record["sftp"] = sftp_status(views.store.state_dir)
         record["reserved_clients"] = [  # stored before their id was reserved (names.py)
-            {"client_id": c.client_id, "available": c.available}
-            for c in store.list_clients()
-            if is_reserved_client_id(c.client_id)
+            {"client_id": c["client_id"], "available": c["available"]}
+            for c in views.clients()
+            if is_reserved_client_id(c["client_id"])
         ]
     if as_json:
         emit_json(record)
-        return
+    else:
+        _print_status(record)
+    sys.exit(EXIT_OK if record["running"] else EXIT_NOT_RUNNING)
+
+
+def _print_status(record: dict[str, Any]) -> None:
     if record["running"]:
         click.echo(f"service: running (pid {record.get('pid')}, since {record.get('started_at')})")
         click.echo(f"last poll: {record.get('last_poll_at') or '-'}")
@@ -221,6 +235,7 @@ def status(obj: Context, as_json: bool) -> None:
         if problems
         else "state: no problem found at the last check"
     )
+    counts = record["batches"]
     click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     sftp = record["sftp"]
     where = f"on {sftp.get('host')}:{sftp.get('port')} (pid {sftp.get('pid')})"
@@ -228,14 +243,6 @@ def status(obj: Context, as_json: bool) -> None:
     click.echo(f"sftp: {state}; host key {sftp.get('host_key') or '- (created on first start)'}")
     for reserved in record["reserved_clients"]:
         click.echo(f"warning: {rename_advice(reserved['client_id'], reserved['available'])}")
-
-
-def _stopped_record(state_dir: Path) -> dict[str, Any]:
-    try:
-        found: dict[str, Any] = json.loads((state_dir / "service.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return found
 
 
 COMMANDS = [run, serve, sandbox, status]

@@ -21,15 +21,16 @@ import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import crashpoints
+from .. import crashpoints, timestamps
 from ..batchfile import check_size, parse_batch
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
-from ..models import BatchFile, BatchRecord, BatchStatus, is_valid_id, utcnow
+from ..models import BatchFile, BatchRecord, BatchStatus, is_valid_id
 from ..printable import unprintable_reason
 from . import fsops
 from .filing import Skip, check_outcome_folder, file_away, shown
@@ -86,6 +87,8 @@ class Inbox:
         # handed each new batch once its drop is filed: the service's opener, or, for a
         # command alone (`submit`), a visit that opens its issues before `process` returns
         self.on_recorded: Callable[[str, str], object] | None = None
+        # told of every filed drop: outcome and seconds since its last change (metrics)
+        self.on_filed: Callable[[str, float], None] | None = None
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans); stale uploads
@@ -303,9 +306,11 @@ class Inbox:
             "client_id": client_id,
             "sha256": sha256,
             "file": path.name,
-            "accepted_at": utcnow().isoformat(),
+            "accepted_at": timestamps.now(),
         }
+        dropped = _changed_at(fd)
         final = file_away(folder_fd, path, "accepted", receipt, fd)
+        self._filed("accepted", dropped)
         if final is not None and not result.get("duplicate") and not result.get("cancel"):
             self.intake.filed(result)
             self._recorded(result["batch_id"], client_id)
@@ -328,9 +333,11 @@ class Inbox:
             **error.as_dict(),
             "file": path.name,
             "sha256": sha256,
-            "rejected_at": utcnow().isoformat(),
+            "rejected_at": timestamps.now(),
         }
+        dropped = _changed_at(fd)
         final = file_away(folder_fd, path, "rejected", document, fd)
+        self._filed("rejected", dropped)
         log.warning("file %s: rejected (%s): %s", shown(path), error.reason, error.message)
         if self.on_reject is not None:
             try:
@@ -341,6 +348,16 @@ class Inbox:
             ) as exc:  # the log is for operators: never fail the drop on it
                 log.error("cannot record the rejection of %s: %s", shown(path), exc)
         return Outcome("rejected", final, document)
+
+    def _filed(self, outcome: str, dropped: float | None) -> None:
+        if self.on_filed is not None and dropped is not None:
+            self.on_filed(outcome, time.time() - dropped)
+
+
+def _changed_at(fd: int | None) -> float | None:
+    """When the drop last changed (its ctime: the rename into place or the last write),
+    read before filing it away changes it."""
+    return None if fd is None else os.fstat(fd).st_ctime
 
 
 def _skipped(path: Path, skip: Skip) -> Outcome:

@@ -1,4 +1,5 @@
-"""Which entries of the inbox are candidates: `.json` files at the top or in a client folder."""
+"""Which entries of the inbox are candidates: `.json` files at the top or in a client folder
+(the rule itself is namefilter.NAMES, shared with the watcher and the SFTP view)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..names import OUTCOME_DIRS, TEMP_SUFFIXES, is_reserved_client_id
+from ..namefilter import NAMES
+from ..names import OUTCOME_DIRS, TEMP_SUFFIXES
 
 __all__ = ["OUTCOME_DIRS", "TEMP_SUFFIXES", "candidates", "dropped_entries", "is_candidate_name"]
 
@@ -15,26 +17,9 @@ log = logging.getLogger("dropbox_eval")
 
 
 def is_candidate_name(root: Path, path: Path) -> bool:
-    """A `.json` file in the inbox or one client folder below it, not hidden or temporary.
-
-    A folder whose name is a reserved client id (`accepted/`, `rejected/`, `undelivered/`,
-    `reports/`, any case; names.reserved_reason) is never a client folder: nothing in it is
-    read.
-
-    Temporary upload names (`*.filepart`, `*.part`, `*.tmp`, ...) do not end in `.json`, and
-    hidden names (rsync's `.name.XXXXXX`, lftp's `.in.name`) start with a dot: both are
-    ignored until renamed. The `.json` suffix is matched case-insensitively (`BATCH.JSON`).
-    """
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        return False
-    if not parts or len(parts) > 2 or any(p.startswith(".") for p in parts):
-        return False
-    if len(parts) == 2 and is_reserved_client_id(parts[0]):
-        return False
-    name = parts[-1].lower()
-    return name.endswith(".json") and not name.endswith(TEMP_SUFFIXES)
+    """A `.json` file in the inbox or one client folder below it, not hidden or temporary
+    (namefilter.NameFilter.is_candidate)."""
+    return NAMES.is_candidate(root, path)
 
 
 def candidates(root: Path) -> list[Path]:
@@ -53,7 +38,7 @@ def dropped_entries(root: Path) -> Iterator[os.DirEntry[str]]:
     for entry in _list_dir(root):
         if not _is_real_dir(entry):
             yield entry
-        elif not entry.name.startswith(".") and not is_reserved_client_id(entry.name):
+        elif NAMES.is_client_folder(entry.name):
             yield from (sub for sub in _list_dir(Path(entry.path)) if not _is_real_dir(sub))
 
 

@@ -47,7 +47,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
-from ..names import is_reserved_client_id
+from ..namefilter import NAMES
 from .scan import candidates, is_candidate_name
 
 log = logging.getLogger("dropbox_eval")
@@ -233,8 +233,8 @@ def _inbox_listdir(root: Path) -> Callable[[str | None], Iterator[os.DirEntry[st
             kept = [
                 e
                 for e in entries
-                if not e.name.startswith(".")
-                and not (is_reserved_client_id(e.name) and e.is_dir(follow_symlinks=False))
+                if not NAMES.is_hidden(e.name)
+                and (NAMES.is_client_folder(e.name) or not e.is_dir(follow_symlinks=False))
             ]
         return iter(kept)
 

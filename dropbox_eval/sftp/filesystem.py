@@ -2,13 +2,14 @@
 
 The session root is `inbox/<client_id>/`. Paths are virtual: a client path is split into at
 most two parts and checked against a fixed shape (the folder, a file in it, `accepted/` and
-`rejected/`, a file in one of those); `..` and hidden names are refused outright, and every
+`rejected/`, a file in one of those); `..` is refused outright, and every
 file-system call goes through directory descriptors opened with O_NOFOLLOW, so a symlink on
 disk (planted by anyone) is never followed and nothing outside the folder is reachable.
 
 What a client may do:
 
-- write `*.json` files and temporary names (`*.part`, `*.filepart`, ...) in its folder; an
+- write `*.json` files, temporary names (`*.part`, `*.filepart`, ...) and hidden names
+  (lftp's `.in.x.json`; namefilter.NAMES is the rule) in its folder; an
   upload is written to a hidden name (`.sftp-<random>.<name>.part`, never a candidate for
   the inbox) and renamed into place when the client closes it, so the service sees one
   atomic rename and reads the file at once; an upload whose session ends before the close
@@ -50,6 +51,7 @@ from .paths import (
     DIR_FLAGS,
     FixedShape,
     Target,
+    listed,
     open_client_folder,
     parse_path,
     stat_at,
@@ -159,7 +161,7 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         try:
             found = []
             for name in sorted(os.listdir(fd)):
-                info = None if name.startswith(".") else stat_at(fd, name)
+                info = stat_at(fd, name) if listed(folder, name) else None
                 if info is not None and visible(info, Target(folder, name)):
                     found.append((name, info))
         finally:

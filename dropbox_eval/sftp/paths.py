@@ -5,6 +5,9 @@ read-only view of its reports, `reports/` and `reports/undelivered/` (reports.py
 nothing else. Paths are never joined onto the disk: they are checked against that shape,
 and the file-system calls are made relative to directory descriptors opened with
 O_NOFOLLOW. A name with a control character (a newline, an escape) is refused outright.
+Which file names a client may write is the inbox's own rule (namefilter.NAMES): drops,
+temporary names and hidden names (an upload tool's file in progress), so every upload
+recipe that works on the inbox works here.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 
 from asyncssh import SFTPInvalidFilename, SFTPNoSuchFile, SFTPPermissionDenied
 
-from ..names import OUTCOME_DIRS, REPORTS_DIR, TEMP_SUFFIXES, UNDELIVERED_DIR
+from ..namefilter import NAMES
+from ..names import OUTCOME_DIRS, REPORTS_DIR, UNDELIVERED_DIR
 from ..printable import unprintable_reason
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -47,8 +51,8 @@ def parse_path(raw: bytes) -> Target:
     parts = [part for part in text.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise SFTPPermissionDenied("'..' is not allowed: your folder is the root")
-    if any(part.startswith(".") for part in parts):
-        raise SFTPPermissionDenied("hidden names are not available")
+    if any("\0" in part for part in parts):
+        raise SFTPNoSuchFile("file names cannot hold NUL")
     for part in parts:
         bad = unprintable_reason(part)
         if bad is not None:
@@ -59,8 +63,15 @@ def parse_path(raw: bytes) -> Target:
         return Target(None, None)
     folders = (*OUTCOME_DIRS, REPORTS_DIR, f"{REPORTS_DIR}/{UNDELIVERED_DIR}")
     if len(parts) == 1:
-        return Target(parts[0], None) if parts[0] in folders else Target(None, parts[0])
+        if parts[0] in folders:
+            return Target(parts[0], None)
+        _refuse_our_own(parts[0])
+        return Target(None, parts[0])
     if len(parts) == 2 and parts[0] in folders:
+        if NAMES.is_hidden(parts[1]):  # receipts being written: never a client's file
+            raise SFTPPermissionDenied(
+                "hidden names in accepted/, rejected/ and reports/ are not available"
+            )
         return Target(parts[0], parts[1])
     raise SFTPNoSuchFile(
         "no such file: only your folder, accepted/, rejected/, reports/ and "
@@ -92,17 +103,29 @@ class FixedShape:
         raise SFTPPermissionDenied("folders cannot be removed")
 
 
+def _refuse_our_own(name: str) -> None:
+    """The endpoint's own upload files (`.sftp-...`) are not the client's to touch."""
+    if name.startswith(UPLOAD_PREFIX):
+        raise SFTPPermissionDenied(f"names starting with {UPLOAD_PREFIX!r} are the endpoint's own")
+
+
+def listed(folder: str | None, name: str) -> bool:
+    """Whether a folder listing shows `name`: the client's own names (hidden ones too, as
+    OpenSSH's server does), never the endpoint's uploads in progress or a hidden file in
+    an outcome folder."""
+    if folder is not None:
+        return not NAMES.is_hidden(name)
+    return not name.startswith(UPLOAD_PREFIX)
+
+
 def writable_name(target: Target) -> str:
     """The file name a client may create, rename or remove, or raise PermissionDenied."""
     if target.folder is not None or target.name is None:
         where = f"{target.folder}/" if target.folder else "your folder itself"
         raise SFTPPermissionDenied(f"{where} is read-only")
     name = target.name
-    lowered = name.lower()
-    if not lowered.endswith((".json", *TEMP_SUFFIXES)):
-        raise SFTPPermissionDenied(
-            f"only *.json and temporary names ({', '.join(TEMP_SUFFIXES)}) can be written"
-        )
+    if not NAMES.is_upload(name):
+        raise SFTPPermissionDenied(f"only {NAMES.candidate_names()} can be written")
     if len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise SFTPPermissionDenied(f"file name longer than {MAX_NAME_BYTES} bytes")
     return name

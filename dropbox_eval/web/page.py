@@ -11,7 +11,6 @@ constant time. Its security headers come from headers.py.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -20,13 +19,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..errors import DropboxEvalError, NotFoundError
-from ..models import BatchStatus, Client, utcnow
-from ..rejections import RejectionLog
-from ..service import read_status
-from ..store.totals import charged_by
+from ..errors import DropboxEvalError
+from ..timestamps import now
+from ..views import Views
 from .headers import STYLE
-from .health import Health, service_running
+from .health import Health
 from .session import OperatorSessions, Session, key_matches
 from .throttle import LoginThrottle
 
@@ -44,7 +41,7 @@ templates.globals["style"] = STYLE
 def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
     """Mount `/operator` (page, login, logout, re-deliver) on `api`; its sessions are
     `api.state.operator_sessions`."""
-    rejections = RejectionLog(app.settings.state_path)
+    views = Views(app.store)
     sessions = OperatorSessions()
     throttle = LoginThrottle()
     api.state.operator_sessions = sessions
@@ -81,7 +78,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         if session is None:
             moved = "key" in request.query_params  # an old bookmark: the key is not read
             return login_page(KEY_IN_URL if moved else "", 401)
-        view = _view(app, health, rejections)
+        view = _view(views, health)
         html = templates.get_template("page.html").render(
             **view,
             note=sessions.take_note(request.cookies.get(COOKIE)),
@@ -157,62 +154,18 @@ async def _form(request: Request) -> dict[str, str]:
     return {name: values[0] for name, values in form.items() if values}
 
 
-def _view(app: App, health: Health, rejections: RejectionLog) -> dict[str, Any]:
-    """Everything the page shows: the live batches, the newest failed or expired archived
-    ones and the clients, from one read of the index (never the archived history)."""
-    now = utcnow()
-    snapshot = app.store.snapshot()
-    rows = {str(r["batch_id"]): r for r in snapshot.archived.recent_bad}
-    rows |= {str(r["batch_id"]): r for r in snapshot.live}
-    in_flight, ended_badly, undelivered = [], [], []
-    for batch_id in sorted(rows):
-        row = rows[batch_id]
-        bad = row["status"] in (BatchStatus.FAILED, BatchStatus.EXPIRED)
-        if row.get("emitted_at") and not bad:
-            continue  # delivered and fine: nothing to act on
-        try:
-            batch = app.store.get_batch(batch_id)
-        except NotFoundError:
-            continue
-        item = batch.model_dump(mode="json") | {
-            "age": _age(now, batch.created_at),
-            "percent": round(100 * batch.done / batch.total) if batch.total else 100,
-        }
-        if batch.status == BatchStatus.RUNNING:
-            in_flight.append(item)
-            continue
-        if bad:
-            ended_badly.append(item)
-        if batch.emitted_at is None:
-            undelivered.append(item)
-    charged = snapshot.archived.charged
-    for client_id, amount in charged_by(snapshot.ledger).items():
-        charged[client_id] = charged.get(client_id, 0) + amount
-    clients = [
-        Client.model_validate(row).model_dump(mode="json")
-        | {"charged": charged.get(str(row["client_id"]), 0)}
-        for row in sorted(snapshot.clients, key=lambda r: str(r["client_id"]))
-    ]
+def _view(views: Views, health: Health) -> dict[str, Any]:
+    """Everything the page shows, from the read model: the live batches, the newest failed
+    or expired archived ones and the clients, from one read of the index (never the
+    archived history)."""
+    overview = views.overview()
     return {
-        "in_flight": in_flight,
-        "ended_badly": ended_badly[-20:],
-        "undelivered": undelivered,
-        "rejections": rejections.recent(20),
-        "clients": clients,
+        "in_flight": overview.in_flight,
+        "ended_badly": overview.ended_badly,
+        "undelivered": overview.undelivered,
+        "rejections": views.rejections(20),
+        "clients": overview.clients,
         "readiness": health.readiness(),
-        "service": _service(app),
-        "now": now.isoformat(timespec="seconds"),
+        "service": views.service(),
+        "now": now(),
     }
-
-
-def _service(app: App) -> dict[str, Any]:
-    state = app.settings.state_path
-    return read_status(state) if service_running(state) else {"running": False}
-
-
-def _age(now: datetime, then: datetime) -> str:
-    seconds = int((now - then).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -15,6 +15,7 @@ from .collector import StateCollector
 from .headers import SecurityHeaders
 from .health import Health
 from .page import add_operator_page
+from .session import key_matches
 
 if TYPE_CHECKING:
     from ..app import App
@@ -28,9 +29,16 @@ def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
     app.metrics.watch_state(StateCollector(app))
 
     @api.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        body = await run_in_threadpool(app.metrics.render)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        token = app.settings.metrics_token
+        if token and not key_matches(_bearer(request), token):
+            body = {
+                "ok": False,
+                "reason": "unauthorized",
+                "message": "this /metrics needs Authorization: Bearer <SAAS_EVAL_METRICS_TOKEN>",
+            }
+            return JSONResponse(body, 401, headers={"WWW-Authenticate": "Bearer"})
+        return Response(await run_in_threadpool(app.metrics.render), media_type=CONTENT_TYPE_LATEST)
 
     @api.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:
@@ -45,3 +53,10 @@ def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
     add_operator_page(api, app, health)
     api.add_middleware(SecurityHeaders)
     return api
+
+
+def _bearer(request: Request) -> str | None:
+    """The credentials of `Authorization: Bearer ...` (as Prometheus' `authorization`
+    scrape setting sends them), if any."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None

@@ -67,6 +67,7 @@ class ForgeWorker:
         an incremental poll outside the cycle); returns the repo visits started."""
         if only is not None and not only:
             return []
+        begun = time.monotonic()
         full = False
         if only is None:
             self.cycles += 1
@@ -96,6 +97,8 @@ class ForgeWorker:
                 started.append(future)
             elif only is not None:  # a webhook's news waits for the visit in flight
                 self.app.nudges.add(repo, wake=False)
+        if only is None:  # a poll cycle, not a webhook's nudge
+            self.app.metrics.time_cycle(started, begun)
         return started
 
     def _scouted(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit] | None:

@@ -1,0 +1,128 @@
+"""The one read model: what the CLI, the API, the operator's page, `/metrics` and the demo
+show of batches, tasks, clients and the service. None of them reads the store on its own.
+
+Every time is RFC 3339 UTC with `Z` (timestamps.py); a batch's progress counts the tasks
+whose result is still settling (progress.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import NotFoundError
+from ..models import BatchRecord, BatchStatus
+from ..rejections import RejectionLog
+from ..store import Store
+from .batches import batch_view, delivery_state, for_client, row_view, task_view, times
+from .clients import client_view, ledger_view
+from .overview import Overview, build_overview
+from .progress import Progress
+from .service import service_view
+
+__all__ = [
+    "Overview",
+    "Progress",
+    "Views",
+    "batch_view",
+    "client_view",
+    "delivery_state",
+    "for_client",
+    "ledger_view",
+    "task_view",
+]
+
+
+class Views:
+    """The read model over one store (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def batch(self, batch_id: str, *, client_id: str | None = None) -> dict[str, Any]:
+        """One batch with its tasks. With `client_id`, another client's batch is unknown
+        (NotFoundError), exactly like a batch that does not exist."""
+        record = self._record(batch_id, client_id)
+        return batch_view(record, self.store.get_tasks(batch_id))
+
+    def batch_summary(self, batch_id: str, *, client_id: str | None = None) -> dict[str, Any]:
+        """One batch without its tasks (one small file: for following a batch live)."""
+        return batch_view(self._record(batch_id, client_id))
+
+    def _record(self, batch_id: str, client_id: str | None) -> BatchRecord:
+        record = self.store.get_batch(batch_id)
+        if client_id is not None and record.client_id != client_id:
+            raise NotFoundError(f"no batch {batch_id!r}")
+        return record
+
+    def batches(
+        self,
+        *,
+        client_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        every: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The newest page of batches, newest created first; `every`: the whole history,
+        oldest created first. Each row carries its progress."""
+        if every:
+            rows = self.store.list_batches(
+                lambda r: status in (None, r["status"]) and client_id in (None, r["client_id"])
+            )
+        else:
+            rows = self.store.page_batches(
+                client_id=client_id, status=status, limit=limit, offset=offset
+            )
+        return [row_view(row, self._progress(row)) for row in rows]
+
+    def _progress(self, row: dict[str, Any]) -> Progress:
+        """A running batch's settling count is on its record; a batch that ended early
+        counts what the lane finished from its tasks."""
+        status = BatchStatus(row["status"])
+        batch_id = str(row["batch_id"])
+        try:
+            if status is BatchStatus.RUNNING:
+                record = self.store.get_batch(batch_id)
+                return Progress.of(status, record.total, record.done, record.settling_tasks)
+            if status in (BatchStatus.CANCELLED, BatchStatus.EXPIRED, BatchStatus.FAILED):
+                return Progress.from_tasks(status, self.store.get_tasks(batch_id))
+        except NotFoundError:  # moved to the archive meanwhile: the row is enough
+            pass
+        return Progress.of(status, int(row["total"]), int(row["done"]))
+
+    def count(self, client_id: str | None = None) -> dict[str, int]:
+        """Batches per status, for everyone or one client (the index alone)."""
+        return self.store.count_batches(client_id)
+
+    def find(self, client_id: str, batch_ref: str) -> str | None:
+        """The id of a client's batch with this `batch_ref`, if any."""
+        return self.store.find_batch(client_id, batch_ref=batch_ref)
+
+    def clients(self) -> list[dict[str, Any]]:
+        """Every client account."""
+        return [client_view(client) for client in self.store.list_clients()]
+
+    def client(self, client_id: str, *, ledger_limit: int | None = 50) -> dict[str, Any]:
+        """One client with its newest ledger entries (every one with `ledger_limit` None)."""
+        client = self.store.get_client(client_id)
+        if client is None:
+            raise NotFoundError(f"no client {client_id!r}")
+        ledger = self.store.ledger(client_id, limit=ledger_limit)
+        return client_view(client) | {"ledger": [ledger_view(e) for e in ledger]}
+
+    def overview(self, *, for_metrics: bool = False) -> Overview:
+        """The whole service at a glance: the page's lists, or `/metrics`' counts."""
+        return build_overview(self.store, for_metrics=for_metrics)
+
+    def rejections(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest rejected drops first (reason, message, file, client, time)."""
+        recent = RejectionLog(self.store.state_dir).recent(limit)
+        return [times(row, ("rejected_at",)) for row in recent]
+
+    def rejection_counts(self) -> dict[str, int]:
+        """Rejected drops per reason since the state folder began."""
+        return RejectionLog(self.store.state_dir).counts()
+
+    def service(self) -> dict[str, Any]:
+        """Whether the service runs, since when, its last poll and error (service.py)."""
+        return service_view(self.store.state_dir)

@@ -1,0 +1,35 @@
+"""The view of the service: whether a `run` holds the state folder, since when, its last
+poll and error, and what its last state check could not repair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..service import read_status
+from ..timestamps import rfc3339
+
+SERVICE_TIMES = ("started_at", "stopped_at", "last_poll_at", "state_checked_at")
+KEPT_WHEN_STOPPED = ("stopped_at", "last_error", "state_problems")
+
+
+def service_view(state_dir: Path) -> dict[str, Any]:
+    """The running service's status record; for a stopped one only what still means
+    something (when it stopped, its last error and state problems, never the old pid)."""
+    record = read_status(state_dir) if (state_dir / "service.lock").exists() else {}
+    if not record.get("running"):
+        old = _stopped_record(state_dir)
+        record = {"running": False} | {k: old[k] for k in KEPT_WHEN_STOPPED if old.get(k)}
+    for name in SERVICE_TIMES:
+        if name in record:
+            record[name] = rfc3339(record[name])
+    return record
+
+
+def _stopped_record(state_dir: Path) -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = json.loads((state_dir / "service.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found
