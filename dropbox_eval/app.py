@@ -11,7 +11,6 @@ from .callbacks import CallbackPolicy
 from .config import Settings
 from .delivery import Delivery
 from .emitter import Emitter, FileEmitter, WebhookEmitter
-from .errors import ConfigError, NoState
 from .forge import GiteaClient
 from .forgehttp import forge_outcome
 from .inbox import Inbox
@@ -25,6 +24,7 @@ from .scheduler import ForgeScheduler
 from .secrecy import make_state_private
 from .settle import Settler
 from .statecheck import StateCheck
+from .statefolder import check_state_path
 from .store import Store
 from .web.metrics import Metrics
 from .webhooks import Nudges, WebhookReceiver
@@ -48,25 +48,6 @@ class App:
     webhooks: WebhookReceiver
     statecheck: StateCheck
     metrics: Metrics = field(default_factory=Metrics)
-
-
-def open_state(settings: Settings) -> Store:
-    """The store opened read-only, for commands that only look: creates nothing, and says
-    where it looked when there is no state there (NoState, exit 2)."""
-    _check_state_path(settings)
-    try:
-        return Store(settings.state_path, read_only=True)
-    except NoState:
-        raise NoState(
-            f"no dropbox-eval state at {settings.state_path}: point --home or --state-dir "
-            "(SAAS_EVAL_HOME / SAAS_EVAL_STATE_DIR) at the service's folder"
-        ) from None
-
-
-def _check_state_path(settings: Settings) -> None:
-    path = settings.state_path
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"SAAS_EVAL_STATE_DIR: {path} is not a folder")
 
 
 def forge_scheduler(
@@ -93,7 +74,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     Forge calls and callbacks are tried once per visit: the durable schedule of each
     batch decides the next visit (attempts.py), so no worker ever sleeps on a retry.
     """
-    _check_state_path(settings)
+    check_state_path(settings)
     make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
     store = Store(settings.state_path)
     billing = Billing(store, settings.task_price)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import requests
 from pydantic import AfterValidator, BaseModel, ValidationError
 
 from .errors import ForgeAuthError, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable
 from .redact import shown_url
+
+if TYPE_CHECKING:  # only answers are read here: `status` and the views need no HTTP client
+    import requests
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from .forge import ForgeIssue, ForgeTimelineEntry
-from .forgewire import ForgeRefIssue
+from .forgewire import ForgeIssue, ForgeRefIssue, ForgeTimelineEntry
 from .models import (
     BatchRecord,
     PullRequestRef,

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import threading
 import time
 from concurrent.futures import wait
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -17,11 +15,12 @@ from filelock import FileLock, Timeout
 
 from .alarm import Alarm
 from .app import App
-from .errors import EXIT_FAILED, EXIT_OK, AlreadyRunning, DropboxEvalError, ForgeError
+from .errors import EXIT_FAILED, EXIT_OK, DropboxEvalError, ForgeError
 from .fileio import write_json
 from .forge import require_client
 from .models import utcnow
 from .names import is_reserved_client_id, rename_advice
+from .servicestate import already_running
 from .webhooks import register_hook
 from .workers import FAST_TICK_SECONDS, DeliveryWorker, ForgeWorker, InboxWorker, OpenWorker
 
@@ -212,31 +211,6 @@ class Service:
                 write_json(self.status_path, self.status)
             except OSError as exc:  # a full disk must not stop the service; the log says it
                 log.error("cannot write %s: %s", self.status_path, exc)
-
-
-def already_running(state_dir: Path) -> AlreadyRunning:
-    """The error for a state folder whose lock another service holds."""
-    return AlreadyRunning(
-        f"another dropbox-eval run is using {state_dir} (see `dropbox-eval status`)"
-    )
-
-
-def read_status(state_dir: Path) -> dict[str, Any]:
-    """What `dropbox-eval status` shows: whether a service holds the lock, and its record."""
-    path = state_dir / "service.json"
-    try:
-        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {}
-    lock = FileLock(str(state_dir / "service.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        record["running"] = True
-    else:
-        lock.release()
-        record["running"] = False
-    return record
 
 
 def _now() -> str:

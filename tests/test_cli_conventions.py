@@ -27,7 +27,9 @@ def cli(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def _commands(group: click.Group, path: list[str]) -> Iterator[list[str]]:
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # commands load when asked for (cli.COMMANDS)
+        command = group.get_command(ctx, name)
         yield [*path, name]
         if isinstance(command, click.Group):
             yield from _commands(command, [*path, name])

@@ -9,20 +9,22 @@ token comes from `SAAS_EVAL_GITEA_TOKEN` or the file named by `--gitea-token-fil
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import __version__
-from ..app import App, build_app, open_state
-from ..config import Settings, load_settings
 from ..errors import EXIT_INTERRUPTED
-from ..store import Store
 from .logs import configure_logging
-from .output import emit_error, problem
+
+if TYPE_CHECKING:  # loaded by the commands that use them: `--help` stays light
+    from ..app import App
+    from ..config import Settings
+    from ..store import Store
 
 SETTING_OPTIONS: dict[str, tuple[str, Any, str]] = {
     "home": (
@@ -62,14 +64,20 @@ class Context:
 
     def settings(self, **more: Any) -> Settings:
         """Environment + command-line overrides."""
+        from ..config import load_settings
+
         return load_settings(**{**self.overrides, **more})
 
     def app(self, **more: Any) -> App:
         """The wired components (creates the folders it needs)."""
+        from ..app import build_app
+
         return build_app(self.settings(**more))
 
     def store(self) -> Store:
         """The state opened read-only: creates nothing; exit 2 when there is none."""
+        from ..statefolder import open_state
+
         return open_state(self.settings())
 
 
@@ -117,8 +125,102 @@ def uses(*names: str) -> Callable[[F], F]:
     return add
 
 
+# name -> (module of `cli` that defines it, its one-line help): a command's module is
+# imported only when it runs, so `--help` and `--version` load click and little else.
+# A test checks each line against the command it names.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "batch": (
+        "batches",
+        "Show one batch (progress, attempts, last error, delivery) and each task's issue, "
+        "status and summary.",
+    ),
+    "batches": (
+        "batches",
+        "List the newest batches by creation time, newest first (running or not): id, "
+        "client, status, progress, age (reads, writes nothing).",
+    ),
+    "cancel": (
+        "batches",
+        "Cancel a running batch: close its open issues, keep finished results, emit the report.",
+    ),
+    "check": (
+        "check",
+        "Check that the index, the batch records and the ledger agree (read-only unless --repair).",
+    ),
+    "clients": ("clients", "Client accounts and credits."),
+    "demo": (
+        "demo",
+        "The whole flow in this folder on the embedded sandbox forge; prints the report.",
+    ),
+    "emit": ("batches", "Deliver a finished batch's report (file or callback)."),
+    "poll": (
+        "batches",
+        "Poll the forge once (every running batch, or BATCH_ID) and store finished results.",
+    ),
+    "run": (
+        "service",
+        "Run the service: watch the inbox, open issues, poll, emit (until SIGINT/SIGTERM).",
+    ),
+    "sandbox": (
+        "service",
+        "Run the sandbox forge (Gitea API subset + simulated lane) alone; prints the "
+        "settings that point the service at it.",
+    ),
+    "serve": (
+        "service",
+        "Serve the HTTP API (OpenAPI at /docs), /metrics, /healthz, /readyz and /operator.",
+    ),
+    "sftp": (
+        "sftp",
+        "Run the SFTP endpoint beside `run` (keys: `clients add-key`; until SIGINT/SIGTERM).",
+    ),
+    "status": (
+        "status",
+        "Whether the service runs, since when, its last poll and last error (writes nothing).",
+    ),
+    "submit": (
+        "submit",
+        "Drop FILE into the inbox once and print its receipt or error document (exit 4 "
+        "when rejected).",
+    ),
+    "watch": (
+        "batches",
+        "Follow one batch until it ends (exit 0), or until the service stops (exit 1); "
+        "Ctrl-C: 130.",
+    ),
+}
+
+
+def _shortened(text: str, limit: int) -> str:
+    """`text` cut at a word to fit `limit` characters, with `...` when cut (as click does)."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 3, 1)].rsplit(" ", 1)[0].rstrip(" ,;:") + "..."
+
+
 class Main(click.Group):
-    """The top group: under `--json`, a usage error is a JSON document on stdout too."""
+    """The top group: commands load when they run (COMMANDS); under `--json`, a usage
+    error is a JSON document on stdout too."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command, without loading one."""
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, its module imported now."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module = importlib.import_module(f"{__name__}.{COMMANDS[cmd_name][0]}")
+            for command in module.COMMANDS:
+                self.add_command(command)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of `--help`, from COMMANDS (nothing loaded)."""
+        names = [name for name in self.list_commands(ctx) if name in COMMANDS]
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, _shortened(COMMANDS[name][1], limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def main(
         self,
@@ -132,6 +234,8 @@ class Main(click.Group):
         argv = list(sys.argv[1:] if args is None else args)
         if "--json" not in argv or not standalone_mode:
             return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        from .output import emit_error, problem
+
         try:
             return super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
@@ -161,26 +265,3 @@ def main(ctx: click.Context, /, verbose: int, log_format: str) -> None:
     """dropbox-eval: file-drop eval batches -> forge issues -> lane results -> reports."""
     configure_logging(verbose, log_format, service=ctx.invoked_subcommand in LONG_RUNNING)
     ctx.ensure_object(Context)
-
-
-def _register() -> None:
-    from . import batches, check, clients, demo, service, submit
-    from .sftp import COMMANDS as SFTP_COMMANDS
-    from .sftp import KEY_COMMANDS
-
-    for key_command in KEY_COMMANDS:
-        clients.clients.add_command(key_command)
-    for commands in (
-        service.COMMANDS,
-        submit.COMMANDS,
-        batches.COMMANDS,
-        check.COMMANDS,
-        demo.COMMANDS,
-        SFTP_COMMANDS,
-    ):
-        for command in commands:
-            main.add_command(command)
-    main.add_command(clients.clients)
-
-
-_register()

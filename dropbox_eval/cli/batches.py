@@ -13,9 +13,9 @@ import click
 from rich.table import Table
 
 from ..models import BatchStatus
+from ..servicestate import service_running
 from ..timestamps import age
 from ..views import Progress, Views
-from ..web.health import service_running
 from . import FOLDERS, FORGE, STATE, Context, uses
 from .output import console, emit_json, fail, friendly_errors, json_option
 

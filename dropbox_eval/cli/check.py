@@ -9,9 +9,8 @@ import click
 from ..app import build_app
 from ..billing import Billing
 from ..errors import EXIT_FAILED, EXIT_OK
-from ..service import already_running
+from ..servicestate import already_running, service_running
 from ..statecheck import StateCheck
-from ..web.health import service_running
 from . import FOLDERS, Context, uses
 from .output import emit_json, friendly_errors, json_option
 

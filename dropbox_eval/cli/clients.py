@@ -157,3 +157,14 @@ def _print_clients(rows: list[dict[str, Any]]) -> None:
             row["created_at"],
         )
     console.print(table)
+
+
+def _with_key_commands() -> None:
+    from .sftp import KEY_COMMANDS  # `clients add-key`, `keys`, `remove-key`
+
+    for command in KEY_COMMANDS:
+        clients.add_command(command)
+
+
+_with_key_commands()
+COMMANDS = [clients]

@@ -16,8 +16,8 @@ from ..errors import EXIT_FAILED, DropboxEvalError
 from ..fileio import SHARED_MODE, write_atomically
 from ..models import utcnow
 from ..service import Service
+from ..servicestate import service_running
 from ..views import Views
-from ..web.health import service_running
 from . import FOLDERS, Context, uses
 from .output import console, emit_json, fail, friendly_errors, json_option
 from .service import lane_option, sandbox_options

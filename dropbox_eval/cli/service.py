@@ -12,13 +12,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..app import build_app
-from ..errors import EXIT_NOT_RUNNING, EXIT_OK, ConfigError
-from ..names import is_reserved_client_id, rename_advice
-from ..service import Service, already_running
-from ..sftp import sftp_status
-from ..views import Views
-from ..web.health import service_running
-from . import FOLDERS, FORGE, STATE, Context, uses
+from ..errors import ConfigError
+from ..service import Service
+from ..servicestate import already_running, service_running
+from . import FOLDERS, FORGE, Context, uses
 from .output import emit_json, friendly_errors, json_option
 
 if TYPE_CHECKING:
@@ -198,51 +195,4 @@ def sandbox(port: int, lane_delay: float, lane: str | None, as_json: bool) -> No
                 time.sleep(3600)
 
 
-@click.command()
-@json_option
-@uses(*STATE)
-@click.pass_obj
-def status(obj: Context, as_json: bool) -> None:
-    """Whether the service runs, since when, its last poll and last error (writes nothing).
-    Exit 0 when it runs and 3 when it does not (as `systemctl status`)."""
-    with friendly_errors(as_json):
-        views = Views(obj.store())
-        record = views.service()
-        record["batches"] = views.count()  # the index alone, whatever the history
-        record["sftp"] = sftp_status(views.store.state_dir)
-        record["reserved_clients"] = [  # stored before their id was reserved (names.py)
-            {"client_id": c["client_id"], "available": c["available"]}
-            for c in views.clients()
-            if is_reserved_client_id(c["client_id"])
-        ]
-    if as_json:
-        emit_json(record)
-    else:
-        _print_status(record)
-    sys.exit(EXIT_OK if record["running"] else EXIT_NOT_RUNNING)
-
-
-def _print_status(record: dict[str, Any]) -> None:
-    if record["running"]:
-        click.echo(f"service: running (pid {record.get('pid')}, since {record.get('started_at')})")
-        click.echo(f"last poll: {record.get('last_poll_at') or '-'}")
-    else:
-        click.echo(f"service: not running (stopped {record.get('stopped_at') or '-'})")
-    click.echo(f"last error: {record.get('last_error') or '-'}")
-    problems = record.get("state_problems") or []
-    click.echo(
-        f"state: {len(problems)} problem(s) to look at (`dropbox-eval check`)"
-        if problems
-        else "state: no problem found at the last check"
-    )
-    counts = record["batches"]
-    click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
-    sftp = record["sftp"]
-    where = f"on {sftp.get('host')}:{sftp.get('port')} (pid {sftp.get('pid')})"
-    state = f"running {where}" if sftp["running"] else "not running"
-    click.echo(f"sftp: {state}; host key {sftp.get('host_key') or '- (created on first start)'}")
-    for reserved in record["reserved_clients"]:
-        click.echo(f"warning: {rename_advice(reserved['client_id'], reserved['available'])}")
-
-
-COMMANDS = [run, serve, sandbox, status]
+COMMANDS = [run, serve, sandbox]

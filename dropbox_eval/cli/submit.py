@@ -23,7 +23,7 @@ from ..errors import EXIT_FAILED, EXIT_REJECTED, DropboxEvalError, InvalidArgume
 from ..inbox import Inbox, handover
 from ..models import ID_PATTERN, is_valid_id
 from ..names import reserved_reason
-from ..web.health import service_running
+from ..servicestate import service_running
 from . import FOLDERS, FORGE, Context, uses
 from .output import console, emit_json, fail, friendly_errors, json_option
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..service import read_status
+from ..servicestate import read_status
 from ..timestamps import rfc3339
 
 SERVICE_TIMES = ("started_at", "stopped_at", "last_poll_at", "state_checked_at")

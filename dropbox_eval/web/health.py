@@ -12,23 +12,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import DropboxEvalError
-from ..service import read_status
+from ..servicestate import read_status
 
 if TYPE_CHECKING:
     from ..app import App
 
 CACHE_SECONDS = 5.0
-
-
-def service_running(state_dir: Path) -> bool:
-    """Whether a service holds the state folder's lock (creates no file when none ran)."""
-    if not (state_dir / "service.lock").exists():
-        return False
-    return bool(read_status(state_dir)["running"])
 
 
 @dataclass
