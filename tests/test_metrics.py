@@ -119,7 +119,8 @@ def test_every_counter_with_known_labels_starts_at_zero(app: App) -> None:
     for outcome in ("accepted", "rejected"):
         assert value(samples, "dropbox_eval_drop_to_receipt_seconds_count", outcome=outcome) == 0
     assert value(samples, "dropbox_eval_poll_cycle_duration_seconds_count") == 0
-    assert value(samples, "dropbox_eval_forge_inflight_limit") == 0
+    # the scheduler's budget is known from the start: SAAS_EVAL_INTAKE_CONCURRENCY (4)
+    assert value(samples, "dropbox_eval_forge_inflight_limit") == 4
 
 
 def test_deliveries_drops_and_poll_cycles_are_measured(
