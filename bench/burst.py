@@ -10,7 +10,8 @@ request log gives the round trips per drop (every API request during the burst /
 
 Figure: drops/s / (capacity in requests/s / round trips per drop), target >= 0.7; for one
 repo per batch (3 round trips: repo, label, issue) and a shared repo (SAAS_EVAL_REPO: the
-repo and label once, then 1), and, for context, the same burst from one client.
+repo and label once, then 1), and, for context, the same burst from one client, and the
+shared burst against a forge without delay or capacity (what the drop path alone allows).
 
     python bench/burst.py [--drops 500] [--clients 50] [--single-drops 100] [--delay 0.1]
                           [--capacity 16] [--sweep 12,16,24,32] [--quick] [--json]
@@ -134,6 +135,15 @@ def main() -> None:
         )
         single = burst(forge, args.single_drops, 1, False)
         add_figure(result, f"{args.single_drops} drops from 1 client, per-batch", single, capacity)
+    with ForgeProcess() as instant:  # no delay, no capacity: what the drop path alone allows
+        alone = burst(instant, args.drops, args.clients, True)
+    result.add(
+        f"{many}, shared, forge without delay or capacity (context)",
+        alone.rate,
+        "drops/s",
+        note=f"{alone.drops} in {alone.seconds:.1f} s: the product's own drop path, the forge "
+        "out of the way",
+    )
     result.info["setup"] = (
         f"{forge_note(args)}; the service with default settings (price 1, clients funded), "
         "a fresh one for every burst"

@@ -40,6 +40,26 @@ def cpu_seconds(command: list[str]) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def heaviest_imports(count: int = 6) -> str:
+    """The modules `import dropbox_eval.cli` spends most on (cumulative, `-X importtime`),
+    among those it imports directly."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import dropbox_eval.cli"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = []
+    for line in done.stderr.splitlines():
+        parts = line.removeprefix("import time:").split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            name = parts[2].rstrip()
+            if len(name) - len(name.lstrip()) == 3:  # one level below the module itself
+                rows.append((int(parts[1]), name.strip()))
+    rows.sort(reverse=True)
+    return ", ".join(f"{name} {micros / 1000:.0f} ms" for micros, name in rows[:count])
+
+
 def main() -> None:
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--runs", type=int, default=15, help="pairs")
@@ -69,6 +89,7 @@ def main() -> None:
         note=f'`python -c "pass"`: {bare * 1000:.0f} ms',
     )
     add_median_ratio(result, "--help / import click (CPU)", ratios, TARGET)
+    result.info["import dropbox_eval.cli, heaviest direct imports"] = heaviest_imports()
     result.seconds = time.perf_counter() - started
     emit(result, args.json)
 
