@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
-
-import requests
+from typing import Any, TypeVar
 
 from dropbox_eval.config import Settings, load_settings
 
 logging.getLogger("dropbox_eval").setLevel(logging.WARNING)
 START_LOAD = os.getloadavg()
+First = TypeVar("First")
+Second = TypeVar("Second")
 
 
 @dataclass
@@ -221,68 +221,6 @@ def rss_kib() -> tuple[int, int]:
     return peak, current
 
 
-_FORGE_CHILD = """
-import sys
-from dropbox_eval.sandbox import SandboxForge
-with SandboxForge(port=0) as forge:
-    print(forge.url, forge.token, forge.user, flush=True)
-    sys.stdin.read()
-"""
-
-
-class ForgeProcess:
-    """A `SandboxForge(port=0)` served by a child process (its own GIL and core).
-
-    The request log is read over the sandbox's `/_sandbox/requests` control route.
-    """
-
-    def __init__(self) -> None:
-        self.url = self.token = self.user = ""
-        self._proc: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> ForgeProcess:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", _FORGE_CHILD],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline().split()
-        if len(line) != 3:
-            self._proc.kill()
-            raise RuntimeError("sandbox forge process did not start")
-        self.url, self.token, self.user = line
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._proc is None:
-            return
-        assert self._proc.stdin is not None
-        self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-
-    def requests(self) -> list[dict[str, Any]]:
-        """The forge's API request log (method, path, status, query)."""
-        response = requests.get(f"{self.url}/_sandbox/requests", timeout=60)
-        response.raise_for_status()
-        entries: list[dict[str, Any]] = response.json()
-        return entries
-
-    def clear_requests(self) -> None:
-        """Forget the forge's API request log."""
-        requests.delete(f"{self.url}/_sandbox/requests", timeout=60).raise_for_status()
-
-
 class Stopwatch:
     """`with Stopwatch() as sw: ...; sw.seconds`."""
 
@@ -339,8 +277,8 @@ class StoreIO:
                 counter.write_bytes += os.path.getsize(storage._path)
 
         self._saved = (original_read, original_write)
-        AtomicJSONStorage.read = read  # type: ignore[method-assign]
-        AtomicJSONStorage.write = write  # type: ignore[method-assign]
+        AtomicJSONStorage.read = read  # type: ignore[method-assign,assignment]
+        AtomicJSONStorage.write = write  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(
@@ -361,6 +299,37 @@ class StoreIO:
             f"{self.index_reads} of index.json), {self.writes} writes "
             f"({self.write_bytes / 1e6:.2f} MB; {self.index_writes} of index.json)"
         )
+
+
+def interleaved(
+    count: int, first: Callable[[], First], second: Callable[[], Second]
+) -> list[tuple[First, Second]]:
+    """`count` pairs `(first(), second())`, run in alternating order (first then second,
+    then second then first, ...) so that drift in the machine's load hits both alike."""
+    pairs = []
+    for index in range(count):
+        if index % 2 == 0:
+            one = first()
+            two = second()
+        else:
+            two = second()
+            one = first()
+        pairs.append((one, two))
+    return pairs
+
+
+def add_median_ratio(result: BenchResult, name: str, ratios: list[float], at_most: float) -> float:
+    """The median of per-pair ratios as a figure with the target `<= at_most`."""
+    ratio = statistics.median(ratios)
+    result.add(
+        name,
+        ratio,
+        "x",
+        f"<= {at_most:g}",
+        ratio <= at_most,
+        note="median of per-pair ratios " + ", ".join(f"{r:.2f}" for r in ratios),
+    )
+    return ratio
 
 
 def median_ms(call: Callable[[], object], calls: int = 20) -> float:

@@ -23,7 +23,8 @@ import tempfile
 import time
 from typing import Any
 
-from _common import BenchResult, ForgeProcess, make_tasks, settings_for
+from _common import BenchResult, make_tasks, settings_for
+from _forge import ForgeProcess
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.forge import PAGE_LIMIT

@@ -23,14 +23,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import requests
 from _common import (
     BenchResult,
-    ForgeProcess,
     make_tasks,
     percentile,
     settings_for,
 )
+from _forge import ForgeProcess
 
 from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
@@ -158,9 +157,7 @@ def push_figures(result: BenchResult, closes: int, drops: int, delay: float) -> 
     with SandboxForge(port=0) as forge:
         forge.set_delay(delay)
         pushed = push_latency(forge, closes)
-    with ForgeProcess() as remote:  # its own process: the forge's work is not the product's
-        answer = requests.post(f"{remote.url}/_sandbox/delay", json={"seconds": delay}, timeout=10)
-        answer.raise_for_status()
+    with ForgeProcess(delay=delay) as remote:  # its own process: the forge's work apart
         dropped = drop_latency(remote, drops)  # type: ignore[arg-type]
         trip, create = floor(remote, 4)  # type: ignore[arg-type]
     p50 = percentile(pushed, 50)

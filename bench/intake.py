@@ -18,15 +18,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Protocol
 from unittest import mock
 
-import requests
 from _common import (
     BenchResult,
-    ForgeProcess,
     Stopwatch,
     command_line,
     emit,
@@ -34,12 +31,11 @@ from _common import (
     parser,
     settings_for,
 )
+from _forge import ForgeProcess
+from _raw import raw_loop
 
 from dropbox_eval.app import build_app
 from dropbox_eval.forge import GiteaClient
-from dropbox_eval.intake import LABEL_COLOR
-from dropbox_eval.markers import issue_body
-from dropbox_eval.models import TaskSpec
 from dropbox_eval.sandbox import SandboxForge
 
 TARGET_RATIO = 0.8
@@ -61,49 +57,6 @@ def fresh_forge(inproc: bool) -> Iterator[tuple[Forge, Callable[[], list[dict[st
     else:
         with ForgeProcess() as proc:
             yield proc, proc.requests
-
-
-def raw_loop(forge: Forge, tasks: list[dict[str, Any]]) -> float:
-    """Seconds for repo + label + one POST per task, 4 threads, one Session per thread."""
-    headers = {"Authorization": f"token {forge.token}", "Accept": "application/json"}
-    api = f"{forge.url}/api/v1"
-    repo = f"{forge.user}/raw-bench"
-    bodies = [(t["title"], issue_body("raw", TaskSpec.model_validate(t))) for t in tasks]
-    local = threading.local()
-
-    def session() -> requests.Session:
-        found: requests.Session | None = getattr(local, "session", None)
-        if found is None:
-            found = local.session = requests.Session()
-            found.headers.update(headers)
-        return found
-
-    with Stopwatch() as watch:
-        setup = session()
-        setup.post(
-            f"{api}/user/repos", json={"name": "raw-bench", "private": True}, timeout=30
-        ).raise_for_status()
-        label = setup.post(
-            f"{api}/repos/{repo}/labels",
-            json={"name": "eval-task", "color": LABEL_COLOR},
-            timeout=30,
-        )
-        label.raise_for_status()
-        label_id = int(label.json()["id"])
-
-        def create(item: tuple[str, str]) -> int:
-            response = session().post(
-                f"{api}/repos/{repo}/issues",
-                timeout=30,
-                json={"title": item[0], "body": item[1], "labels": [label_id]},
-            )
-            response.raise_for_status()
-            return int(response.json()["number"])
-
-        with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            numbers = list(pool.map(create, bodies))
-    assert len(set(numbers)) == len(tasks)
-    return watch.seconds
 
 
 class Phases:
@@ -187,7 +140,7 @@ def main() -> None:
         for kind in order:
             with fresh_forge(args.inproc) as (forge, request_log):
                 if kind == "raw":
-                    times[kind] = raw_loop(forge, tasks)
+                    times[kind] = raw_loop(forge, tasks, THREADS, "raw-bench").seconds
                     continue
                 times[kind] = product_run(forge, tasks, phases)
                 assert count_creates(request_log()) == len(tasks), "wrong issue count"

@@ -17,15 +17,13 @@ Target: broken / healthy <= 1.5.
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
+from _service import drop
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.sandbox import SandboxForge
@@ -49,18 +47,6 @@ def created_for(forge: SandboxForge, client: str) -> int:
         and e.path.endswith("/issues")
         and e.status == 201
     )
-
-
-def drop(folder: Path, name: str, ref: str) -> float:
-    """Write `name.part`, fsync, rename into place; returns the moment of the rename."""
-    part = folder / f"{name}.part"
-    with open(part, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps({"batch_ref": ref, "tasks": make_tasks(TASKS, f"{ref}-")}))
-        handle.flush()
-        os.fsync(handle.fileno())
-    start = time.perf_counter()
-    os.rename(part, folder / name)
-    return start
 
 
 def break_client_a(app: App, forge: SandboxForge, hanging_url: str) -> None:
@@ -103,7 +89,9 @@ def measure(forge: SandboxForge, drops: int, broken: bool, hanging_url: str) -> 
             time.sleep(1.0)  # workers up; A's stuck deliveries are in flight
             for index in range(drops + 1):
                 forge.clear_requests()
-                start = drop(settings.inbox_path / "bravo", f"b{index}.json", f"b{index}")
+                ref = f"b{index}"
+                document = {"batch_ref": ref, "tasks": make_tasks(TASKS, f"{ref}-")}
+                start = drop(settings.inbox_path / "bravo", f"{ref}.json", document)
                 end = start + WAIT_LIMIT
                 while created_for(forge, "bravo") < TASKS:
                     if time.perf_counter() > end:

@@ -35,6 +35,14 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
         [],
         ["--batches", "2", "--tasks", "2000", "--cycle-batches", "2", "--cycle-tasks", "500"],
     ),
+    # many clients, one forge (issue 18): a forge with a capacity, the product at defaults
+    "flow": ([], ["--quick"]),
+    "burst": ([], ["--quick"]),
+    "fairness": ([], ["--quick"]),
+    "report": ([], ["--quick"]),
+    "bigdrop": ([], ["--quick"]),
+    "limiter": ([], ["--quick"]),
+    "cli_start": ([], ["--quick"]),
 }
 
 

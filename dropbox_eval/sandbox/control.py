@@ -71,11 +71,13 @@ async def fail_for(request: Request, opt: FailForOption) -> JSONResponse:
 @router.get("/requests")
 async def list_requests(request: Request) -> JSONResponse:
     """The API request log, oldest first: answered requests, or with `?phase=started`
-    every request as it arrived (before delay, faults, auth and handler)."""
+    every request as it arrived (before delay, faults, auth and handler); with
+    `?path_contains=`, only the requests whose path contains it."""
     log = forge(request).log
-    if request.query_params.get("phase") == "started":
-        return reply([entry.to_json() for entry in log.started()])
-    return reply([entry.to_json() for entry in log.entries()])
+    started = request.query_params.get("phase") == "started"
+    part = request.query_params.get("path_contains", "")
+    entries = log.started() if started else log.entries()
+    return reply([entry.to_json() for entry in entries if part in entry.path])
 
 
 @router.delete("/requests")

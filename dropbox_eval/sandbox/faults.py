@@ -1,9 +1,13 @@
-"""Fault injection settings and the API request log of the sandbox forge."""
+"""Fault injection settings, the service capacity and the API request log of the sandbox
+forge."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 
 
@@ -53,8 +57,40 @@ class _FailRule:
         return self.path_contains in path and (not self.method or self.method == method)
 
 
+class Capacity:
+    """How many API requests the forge serves at once (0: no limit). The rest wait for a
+    slot, so past the knee latency grows with load, as a real server's does: the sandbox
+    never errors under load, so latency must be a signal on its own."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.serving = 0  # requests holding a slot now (read from any thread)
+        self.peak = 0  # the most seen at once since the limit was last set
+        self._slots: asyncio.Semaphore | None = None
+        self.limit = 0
+        self.set(limit)
+
+    def set(self, limit: int) -> None:
+        """Serve at most `limit` requests at once from now on (0: no limit); requests
+        already waiting keep the gate they queued at."""
+        self.limit = max(0, limit)
+        self._slots = asyncio.Semaphore(self.limit) if self.limit else None
+        self.peak = self.serving
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one slot while a request is served, waiting for one when all are taken."""
+        async with self._slots or contextlib.nullcontext():
+            self.serving += 1
+            self.peak = max(self.peak, self.serving)
+            try:
+                yield
+            finally:
+                self.serving -= 1
+
+
 class Faults:
-    """Thread-safe fault settings: one-shot failures, a global delay, a failure window."""
+    """Thread-safe fault settings: one-shot failures, a global delay, a failure window;
+    and the service capacity (a start-up option, not a fault: `clear` keeps it)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -62,6 +98,7 @@ class Faults:
         self._fail_until = 0.0
         self._fail_status = 503
         self.delay = 0.0
+        self.capacity = Capacity()
 
     def fail_next(
         self,

@@ -1,5 +1,5 @@
-"""ASGI middleware for `/api/v1`: delay, fault injection, token auth, renamed repos'
-redirects and request logging."""
+"""ASGI middleware for `/api/v1`: capacity, delay, fault injection, token auth, renamed
+repos' redirects and request logging."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ class ApiMiddleware:
             await send(message)
 
         try:
-            await self._serve(scope, receive, logged_send, path)
+            async with self.state.faults.capacity.slot():  # queued before the delay
+                await self._serve(scope, receive, logged_send, path)
         except ClientDisconnect:
             record(499)  # the client went away mid-request (killed); nothing to answer
         finally:

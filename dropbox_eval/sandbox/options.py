@@ -11,6 +11,7 @@
 | SANDBOX_COMMENT_LAG | 2 | pulls with close-first: seconds between close and verdict |
 | SANDBOX_LANE_SEED | 0 | seed of the merge/abandon draw |
 | SANDBOX_LANE_HELD | false | start with every issue held (release via control route) |
+| SANDBOX_CAPACITY | 0 | API requests served at once, the rest wait (0: no limit) |
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class SandboxOptions(BaseSettings):
     comment_lag: Annotated[float, Field(ge=0.0)] = 2.0
     lane_seed: int = 0
     lane_held: bool = False
+    capacity: Annotated[int, Field(ge=0)] = 0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SandboxOptions:

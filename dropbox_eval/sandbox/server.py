@@ -68,13 +68,15 @@ class SandboxForge:
         `lane_delay` is None. ConfigError on a bad variable."""
         opts = options or SandboxOptions.from_env()
         lane = None if lane_delay is None else opts.lane_config(lane_delay)
-        return cls(
+        forge = cls(
             port=port,
             flavor=opts.flavor,
             repo_quota=opts.repo_quota,
             lane=lane,
             hold_lane=opts.lane_held,
         )
+        forge.set_capacity(opts.capacity)
+        return forge
 
     def start(self) -> SandboxForge:
         """Serve in a background thread and wait until the socket is bound."""
@@ -164,3 +166,9 @@ class SandboxForge:
     def fail_for(self, seconds: float, status: int = 503) -> None:
         """Every API request answers `status` for the next `seconds`."""
         self.state.faults.fail_for(seconds, status)
+
+    def set_capacity(self, requests: int) -> None:
+        """At most `requests` API requests are served at once (each holding its slot for
+        the delay and the answer), the rest wait their turn; 0: no limit. With delay d
+        and capacity c, throughput tops out near c/d and latency climbs past it."""
+        self.state.faults.capacity.set(requests)
