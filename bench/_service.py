@@ -95,6 +95,7 @@ class Running:
     """A running service: its app, and where its clients drop and find their receipts."""
 
     product: App
+    service: Service | None = None
 
     @property
     def scheduler(self) -> ForgeScheduler:
@@ -146,7 +147,7 @@ def running(
         server = BackgroundServer(create_api(run.product), name="bench-http") if webhook else None
         if server is not None:
             run.product.settings.forge_webhook_url = f"{server.start()}/hooks/forge"
-        service = Service(run.product)
+        service = run.service = Service(run.product)
         thread = threading.Thread(target=service.run, name="bench-service", daemon=True)
         thread.start()
         try:
