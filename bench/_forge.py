@@ -42,7 +42,7 @@ class ForgeProcess:
     def __enter__(self) -> ForgeProcess:
         env = {**os.environ, "SANDBOX_CAPACITY": str(self.capacity)}
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _FORGE_CHILD],
+            [sys.executable, "-P", "-c", _FORGE_CHILD],  # -P: the installed package
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
