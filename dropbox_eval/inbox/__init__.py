@@ -20,7 +20,6 @@ import hashlib
 import logging
 import os
 import re
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,13 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import crashpoints, timestamps
-from ..batchfile import check_size, parse_batch
+from ..batchfile import parse_batch
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
 from ..models import BatchFile, BatchRecord, BatchStatus, is_valid_id
 from ..printable import unprintable_reason
 from . import fsops
 from .filing import Skip, check_outcome_folder, file_away, shown
-from .readiness import ReadinessTracker, signature
+from .opening import open_file, open_folder, read_whole
+from .readiness import ReadinessTracker
 from .scan import OUTCOME_DIRS, candidates, is_candidate_name
 from .sweep import StaleUploads
 
@@ -110,7 +110,7 @@ class Inbox:
         if not is_candidate_name(self.root, path):
             return Outcome("skipped", None, {"reason": "not an inbox candidate"})
         try:
-            folder_fd = self._open_folder(path.parent)
+            folder_fd = open_folder(self.root, path.parent)
         except Skip as skip:
             return _skipped(path, skip)
         except OSError as exc:
@@ -132,7 +132,7 @@ class Inbox:
             error = BatchRejected("invalid_name", f"{bad_name}; rename the file and drop it again")
             return self._reject(folder_fd, path, error, None, None)
         try:
-            fd = self._open_file(folder_fd, path.name)
+            fd = open_file(folder_fd, path.name)
         except FileNotFoundError:
             raise Skip("vanished", "the file disappeared before it was read") from None
         except BatchRejected as exc:
@@ -146,7 +146,7 @@ class Inbox:
                 raise Skip("vanished", "the file was moved or replaced before it was read")
             log.info("file %s: reading", shown(path))
             try:
-                raw = self._read(fd)
+                raw = read_whole(fd, self.max_file_bytes)
             except BatchRejected as exc:
                 return self._reject(folder_fd, path, exc, None, fd)
             except OSError as exc:
@@ -177,62 +177,6 @@ class Inbox:
         except BatchRejected as exc:
             return self._reject(folder_fd, path, exc, sha256, fd)
         return self._accept(folder_fd, path, result, client_id, sha256, fd)
-
-    def _open_folder(self, folder: Path) -> int:
-        root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        if folder == self.root:
-            return root_fd
-        try:
-            return os.open(folder.name, fsops.DIR_FLAGS, dir_fd=root_fd)
-        except OSError as exc:
-            if fsops.is_symlink_at(root_fd, folder.name):
-                raise Skip(
-                    "symlinked_folder",
-                    f"client folder {folder.name!r} is a symbolic link; files in it are ignored",
-                ) from exc
-            raise
-        finally:
-            os.close(root_fd)
-
-    def _open_file(self, folder_fd: int, name: str) -> int:
-        info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
-        if stat.S_ISLNK(info.st_mode):
-            raise BatchRejected("symlink", "symbolic links are refused; upload the file itself")
-        if not stat.S_ISREG(info.st_mode):
-            raise Skip("not_a_file", f"not a regular file ({fsops.kind(info.st_mode)})")
-        try:
-            fd = os.open(name, fsops.FILE_FLAGS, dir_fd=folder_fd)
-        except OSError as exc:
-            if fsops.is_symlink_at(folder_fd, name):
-                raise BatchRejected(
-                    "symlink", "symbolic links are refused; upload the file itself"
-                ) from exc
-            raise
-        opened = os.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode) or opened.st_ino != info.st_ino:
-            os.close(fd)
-            raise Skip("changed", "the file was replaced while being opened")
-        return fd
-
-    def _read(self, fd: int) -> bytes:
-        before = os.fstat(fd)
-        check_size(before.st_size, self.max_file_bytes)
-        chunks: list[bytes] = []
-        total = 0
-        while total <= self.max_file_bytes:
-            chunk = os.read(fd, min(fsops.READ_CHUNK, self.max_file_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        check_size(total, self.max_file_bytes)
-        after = os.fstat(fd)
-        if signature(after) != signature(before) or total != after.st_size:
-            raise Skip(
-                "changed",
-                "the file changed while being read; it will be read again once it stays unchanged",
-            )
-        return b"".join(chunks)
 
     def _parse(self, path: Path, raw: bytes) -> tuple[BatchFile, str]:
         batch = parse_batch(raw, max_bytes=self.max_file_bytes, max_tasks=self.max_tasks)
