@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import requests
 from _common import Stopwatch
 
-from dropbox_eval.intake import LABEL_COLOR
+from dropbox_eval.issues import LABEL_COLOR
 from dropbox_eval.markers import issue_body
 from dropbox_eval.models import TaskSpec
 

@@ -1,16 +1,13 @@
-"""Intake: accept a parsed batch (record it with its hold), then open one issue per task.
-
-Recording comes before any forge call, so a batch is never lost and never paid twice;
-creation is never retried blindly: an interrupted intake adopts its own issues by marker
-(markers.py) and creates only the rest, under a per-batch lease across processes.
+"""Intake: accept a parsed batch: record it with its hold, before any forge call, so a
+batch is never lost and never paid twice; its receipt follows at once. Its issues are
+opened by issues.py (`open_issues`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,26 +21,22 @@ from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
 from .errors import BatchRejected
-from .forge import ForgeIssue, GiteaClient, UsesForge
-from .markers import find_marked, issue_body, opened
+from .forge import GiteaClient, UsesForge
+from .issues import IssueOpener
 from .models import (
     BatchFile,
     BatchRecord,
     BatchStatus,
     TaskRecord,
-    TaskStatus,
     new_batch_id,
     utcnow,
     window_seconds,
 )
 from .names import refuse_reserved
-from .scheduler import on_behalf_of
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
-FLUSH_SECONDS = 5.0
 API_SOURCE = "api"  # the `source` of batches posted to the HTTP API
-LABEL_COLOR = "5319e7"
 
 
 @dataclass
@@ -71,6 +64,7 @@ class Intake(UsesForge):
         self.settings = settings
         # opens a batch's issues now, one visit under its stored schedule (app.py wires it)
         self.open_now: Callable[[str, list[TaskRecord] | None], object] | None = None
+        self.open_issues = IssueOpener(store, gitea, settings).open_issues
         self.policy = CallbackPolicy(settings.callback_allow)
         self._aside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="intake-aside")
 
@@ -252,105 +246,6 @@ class Intake(UsesForge):
         if self.settings.repo:
             return self.settings.repo
         return f"{self.settings.require_owner()}/eval-{client_id}-{batch_id}"
-
-    def open_issues(self, batch_id: str, tasks: list[TaskRecord] | None = None) -> int:
-        """Create the issues still missing for the batch; returns how many were created.
-        `tasks`: the batch's tasks when the caller has just recorded them.
-
-        Safe to call again after any interruption: `open_started` is stored on the record
-        before the first forge write, and an attempt that finds it set first adopts the
-        issues an earlier attempt created (by their marker) and creates only the rest.
-        """
-        batch = self.store.get_batch(batch_id)
-        if not _wants_issues(batch):
-            return 0
-        with (
-            crashpoints.operation("intake"),
-            on_behalf_of(batch.client_id),
-            self.store.intake_lease(batch.batch_id) as leased,
-        ):
-            if not leased:  # another process is creating this batch's issues right now
-                return 0
-            batch = self.store.get_batch(batch_id)  # the holder before us may have progressed
-            if not _wants_issues(batch):
-                return 0
-            fresh = not batch.open_started
-            if fresh:  # no attempt began: nothing to adopt, the given tasks are current
-                batch = self.store.update_batch(batch_id, open_started=True)
-            else:
-                tasks = None
-            return self._open_leased(batch, tasks or self.store.get_tasks(batch_id), fresh)
-
-    def _open_leased(self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool) -> int:
-        pending = [t for t in tasks if t.issue_number is None and t.status == TaskStatus.PENDING]
-        created: dict[str, int] = {}
-        if pending:  # reaching the end below means every pending task now has its issue
-            gitea = self.gitea
-            new_repo = fresh and not self.settings.repo  # named for this batch just now
-            label_id = gitea.prepare_repo(
-                batch.repo, self.settings.task_label, LABEL_COLOR, new=new_repo
-            )
-            if not fresh:  # an earlier attempt may have created some before it stopped
-                found = find_marked(gitea, batch, pending, self.settings.task_label)
-                self.store.update_tasks(
-                    batch.batch_id, {k: opened(i.number, i.html_url) for k, i in found.items()}
-                )
-                pending = [t for t in pending if t.task_id not in found]
-            created = self._create_all(batch, pending, label_id)
-            log.info("batch %s: created %d issues in %s", batch.batch_id, len(created), batch.repo)
-        self.store.update_batch(batch.batch_id, intake_done=True)
-        return len(created)
-
-    def _create_all(
-        self, batch: BatchRecord, tasks: list[TaskRecord], label_id: int
-    ) -> dict[str, int]:
-        """Create issues with bounded concurrency and a bounded queue; progress is stored
-        every few seconds (a crash in between is repaired by adoption, not by a flush)."""
-        created: dict[str, int] = {}
-        unsaved: dict[str, dict[str, Any]] = {}
-        last_flush = time.monotonic()
-        queue = iter(tasks)
-        workers = self.settings.forge_max_inflight  # carriers: the scheduler sets the pace
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="intake") as pool:
-            in_flight: dict[Future[ForgeIssue], str] = {}
-
-            def submit_next() -> None:
-                task = next(queue, None)
-                if task is not None:
-                    body = issue_body(batch.batch_id, task.payload)
-                    future = pool.submit(
-                        copy_context().run,  # the crash points count these writes too
-                        self.gitea.create_issue,
-                        batch.repo,
-                        task.payload.title,
-                        body,
-                        [label_id],
-                    )
-                    in_flight[future] = task.task_id
-
-            for _ in range(2 * workers):
-                submit_next()
-            try:
-                while in_flight:
-                    finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        task_id = in_flight.pop(future)
-                        issue = future.result()  # the first failure stops the intake
-                        created[task_id] = issue.number
-                        unsaved[task_id] = opened(issue.number, issue.html_url)
-                        submit_next()
-                    if time.monotonic() - last_flush >= FLUSH_SECONDS:
-                        self.store.update_tasks(batch.batch_id, unsaved)
-                        unsaved, last_flush = {}, time.monotonic()
-            finally:
-                for future in in_flight:
-                    future.cancel()
-                self.store.update_tasks(batch.batch_id, unsaved)
-        return created
-
-
-def _wants_issues(batch: BatchRecord) -> bool:
-    return not (batch.intake_done or batch.status != BatchStatus.RUNNING or batch.cancel_requested)
 
 
 def _own_unfiled(batch: BatchRecord, source: str | None, sha256: str | None) -> bool:

@@ -217,6 +217,9 @@ def test_interrupted_intake_resumes_without_duplicates(
     owner, name = _repo(app, batch_id)
     before = len(forge.issues(owner, name))
     assert before < 6
+    # the creates already sent when one failed landed, and were recorded, not left to adopt
+    recorded_then = {t.issue_number for t in app.store.get_tasks(batch_id) if t.issue_number}
+    assert recorded_then == {i["number"] for i in forge.issues(owner, name)}
     assert app.intake.open_issues(batch_id) == 6 - before
     issues = forge.issues(owner, name)
     assert len(issues) == 6
