@@ -6,27 +6,19 @@ PATCH answers 201, the timeline of a missing issue answers 500 on Gitea (and pag
 a Link header or a real total, dropping entries after paging), and logins, org and
 repo names are case-insensitive.
 
-Label names are not unique on Gitea, and the issue list's `labels` filter takes names only
-(an id is read as an unknown name), ANDs the ids of every label with that name, and drops the
-filter altogether when no name matches. So labels are created under a lock (a file lock when
-`label_lock` is given) after listing them, the oldest (lowest id) is kept, and duplicates are
-merged into it (their issues get the oldest label, then they are deleted). A filtered list
-that comes back empty checks for duplicates once and repairs them, and filtered results are
-re-checked on the client so an unknown name never lets every issue through.
+Labels, which Gitea lets repeat under one name, are forgelabels.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 
-from filelock import Timeout as LockTimeout
-
 from .config import Settings
 from .errors import ConfigError, ForgeNotFound, ForgePermanent, ForgeRetryable
-from .forgehttp import PAGE_LIMIT, ForgeTransport
+from .forgehttp import PAGE_LIMIT
+from .forgelabels import ForgeLabels, label_names
 from .forgewire import (
     ForgeIssue,
     ForgePull,
@@ -68,7 +60,7 @@ def require_client(settings: Settings, client: GiteaClient | None) -> GiteaClien
     return client
 
 
-class GiteaClient(ForgeTransport):
+class GiteaClient(ForgeLabels):
     """The forge operations this product needs: users and repos, labels, issues."""
 
     # -- users and repos ----------------------------------------------------------------
@@ -140,58 +132,6 @@ class GiteaClient(ForgeTransport):
         body = {"type": "gitea", "active": True, "events": events, "config": config}
         self._request("POST", scope, json=body)
 
-    def ensure_label(self, repo: str, name: str, color: str) -> int:
-        """The id of label `name` in `repo`, created if missing. Duplicates (Gitea allows
-        them) are merged into the oldest, whose id is returned."""
-        with self._labels_locked():
-            ids = self._label_ids(repo, name)
-            if not ids:
-                created = self._request(
-                    "POST", f"/repos/{repo}/labels", json={"name": name, "color": color}
-                )
-                # re-list: a creator that does not share our lock may have raced us
-                ids = self._label_ids(repo, name) or [int(created["id"])]
-            if len(ids) > 1:
-                self._merge_labels(repo, ids[0], ids[1:])
-            return ids[0]
-
-    def repair_label(self, repo: str, name: str) -> bool:
-        """Merge duplicates of label `name` into the oldest; True when there were any."""
-        with self._labels_locked():
-            ids = self._label_ids(repo, name)
-            if len(ids) > 1:
-                self._merge_labels(repo, ids[0], ids[1:])
-            return len(ids) > 1
-
-    @contextmanager
-    def _labels_locked(self) -> Iterator[None]:
-        try:
-            with self._label_lock:
-                yield
-        except LockTimeout as exc:
-            raise ForgeRetryable(f"label lock {exc.lock_file} busy; retried later") from exc
-
-    def _label_ids(self, repo: str, name: str) -> list[int]:
-        """Ids of the repo labels called `name`, oldest first (all labels: no `page`)."""
-        labels = self._request("GET", f"/repos/{repo}/labels")
-        try:
-            return sorted(int(lab["id"]) for lab in labels if lab.get("name") == name)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ForgePermanent(f"unexpected labels JSON from forge: {exc}") from exc
-
-    def _merge_labels(self, repo: str, keep: int, extras: list[int]) -> None:
-        """Give `keep` to every issue carrying one of `extras`, then delete `extras`. A crash
-        half-way leaves duplicates that the next call merges again."""
-        listed_at, extra = self.listed_at, set(extras)
-        for page in self._pages(f"/repos/{repo}/issues", {"state": "all", "type": "issues"}):
-            for number, ids in map(_number_and_label_ids, page):
-                if ids & extra and keep not in ids:
-                    self.add_labels(repo, number, [keep])
-        for label_id in extras:
-            with suppress(ForgeNotFound):  # another process merged it first
-                self._request("DELETE", f"/repos/{repo}/labels/{label_id}")
-        self.listed_at = listed_at
-
     # -- issues -------------------------------------------------------------------------
 
     def create_issue(self, repo: str, title: str, body: str, label_ids: list[int]) -> ForgeIssue:
@@ -220,7 +160,7 @@ class GiteaClient(ForgeTransport):
         merged; an incremental list is not (that would cost a request per idle poll): the
         full poll's `count_issues` probe heals them (`repair` False: it just did)."""
         params: dict[str, Any] = {"state": state, "type": "issues"}
-        names = _label_names(labels)
+        names = label_names(labels)
         if names:
             params["labels"] = ",".join(sorted(names))
         if since is not None:
@@ -289,7 +229,7 @@ class GiteaClient(ForgeTransport):
         when the answer is 0 and duplicate labels had to be merged first). Sets `listed_at`
         to the forge's time of the count."""
         count = self._count(repo, state, labels)
-        if count == 0 and self._repair_labels(repo, _label_names(labels)):
+        if count == 0 and self._repair_labels(repo, label_names(labels)):
             count = self._count(repo, state, labels)
         return count
 
@@ -304,9 +244,6 @@ class GiteaClient(ForgeTransport):
             return int(response.headers["X-Total-Count"])
         except (KeyError, ValueError) as exc:
             raise ForgePermanent(f"GET /repos/{repo}/issues: no X-Total-Count header") from exc
-
-    def _repair_labels(self, repo: str, names: frozenset[str]) -> bool:
-        return any([self.repair_label(repo, name) for name in sorted(names)])
 
     def get_issue(self, repo: str, number: int) -> ForgeIssue:
         """One issue; ForgeNotFound when deleted."""
@@ -341,21 +278,6 @@ class GiteaClient(ForgeTransport):
         """Add a comment to an issue."""
         self._request("POST", f"/repos/{repo}/issues/{number}/comments", json={"body": body})
 
-    def add_labels(self, repo: str, number: int, label_ids: list[int]) -> None:
-        """Add labels (by id) to an issue."""
-        self._request("POST", f"/repos/{repo}/issues/{number}/labels", json={"labels": label_ids})
-
     def close_issue(self, repo: str, number: int) -> None:
         """Close an issue (Gitea answers PATCH with 201)."""
         self._request("PATCH", f"/repos/{repo}/issues/{number}", json={"state": "closed"})
-
-
-def _label_names(labels: str | None) -> frozenset[str]:
-    return frozenset(name.strip() for name in (labels or "").split(",") if name.strip())
-
-
-def _number_and_label_ids(item: Any) -> tuple[int, set[int]]:
-    try:
-        return int(item["number"]), {int(lab["id"]) for lab in item.get("labels") or []}
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise ForgePermanent(f"unexpected issue JSON from forge: {exc}") from exc
