@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -66,7 +64,6 @@ class Intake(UsesForge):
         self.open_now: Callable[[str, list[TaskRecord] | None], object] | None = None
         self.open_issues = IssueOpener(store, gitea, settings).open_issues
         self.policy = CallbackPolicy(settings.callback_allow)
-        self._aside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="intake-aside")
 
     def submit_batch(
         self,
@@ -130,16 +127,10 @@ class Intake(UsesForge):
                 client_id,
                 source or API_SOURCE,
             )
-        # the duplicate keys are written while the forge answers, not before its first call
-        keys = None
-        if recorded.tasks:
-            keys = self._aside.submit(copy_context().run, self.store.write_keys, record)
-        try:
-            if open_now and self.open_now is not None:  # else the service opens it later
-                self.open_now(record.batch_id, recorded.tasks or None)
-        finally:
-            if keys is not None:
-                keys.result()
+        if recorded.tasks:  # new: its duplicate keys (until then its index row finds them)
+            self.store.write_keys(record)
+        if open_now and self.open_now is not None:  # else the service opens it later
+            self.open_now(record.batch_id, recorded.tasks or None)
         return self.receipt(record.batch_id, duplicate=recorded.duplicate)
 
     def filed(self, receipt: dict[str, Any]) -> None:

@@ -57,3 +57,14 @@ class SharedLock:
             self._file.release()
         finally:
             self._threads.release()
+
+
+def held_elsewhere(lock: FileLock) -> bool:
+    """Whether another holder has `lock` now (it is taken and let go at once if free): how a
+    command tells that a service or an endpoint runs on the state folder."""
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False

@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
+from filelock import FileLock
 
 from .errors import AlreadyRunning
+from .locks import held_elsewhere
 
 
 def already_running(state_dir: Path) -> AlreadyRunning:
@@ -27,14 +28,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
         record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         record = {}
-    lock = FileLock(str(state_dir / "service.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        record["running"] = True
-    else:
-        lock.release()
-        record["running"] = False
+    record["running"] = held_elsewhere(FileLock(str(state_dir / "service.lock")))
     return record
 
 

@@ -17,10 +17,11 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from filelock import FileLock, Timeout
+from filelock import FileLock
 
 from ..errors import ConfigError
 from ..fileio import write_json
+from ..locks import held_elsewhere
 from ..secrecy import private_folder
 
 if TYPE_CHECKING:  # asyncssh is imported only by what needs it: `status` stays light
@@ -95,13 +96,6 @@ def sftp_status(state_dir: Path) -> dict[str, Any]:
         record: dict[str, Any] = json.loads((folder / "status.json").read_text("utf-8"))
     except (OSError, ValueError):
         record = {}
-    lock = endpoint_lock(state_dir)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        record["running"] = True
-    else:
-        lock.release()
-        record["running"] = False
+    record["running"] = held_elsewhere(endpoint_lock(state_dir))
     record["host_key"] = host_key_fingerprint(state_dir)
     return record
