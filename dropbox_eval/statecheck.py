@@ -29,6 +29,7 @@ from .errors import NotFoundError
 from .models import BatchRecord, BatchStatus, utcnow
 from .store import Store
 from .store.base import summary_row
+from .store.totals import Snapshot
 
 log = logging.getLogger("dropbox_eval")
 
@@ -65,9 +66,10 @@ class StateCheck:
         """Every finding; with `repair`, each repairable one is repaired (under the store
         lock, after reading its batch again) and logged once."""
         findings: list[Finding] = []
-        for batch_id in self._suspects():
+        snapshot = self.store.snapshot()  # one read of the index for the first look
+        for batch_id in self._suspects(snapshot):
             findings.extend(self._check_batch(batch_id, repair))
-        findings.extend(self._check_clients())
+        findings.extend(_check_clients(snapshot))
         for finding in findings:
             level = logging.WARNING if finding.repaired else logging.ERROR
             if finding.repairable and not finding.repaired:
@@ -77,11 +79,11 @@ class StateCheck:
             )
         return findings
 
-    def _suspects(self) -> list[str]:
+    def _suspects(self, snapshot: Snapshot) -> list[str]:
         """Batches whose files disagree on a first, unlocked look (the common case is none;
         each suspect is looked at again under the lock)."""
-        rows = {str(row["batch_id"]): row for row in self.store.live_rows()}
-        held = self._outstanding_holds()
+        rows = {str(row["batch_id"]): row for row in snapshot.live}
+        held = _held_by(snapshot.ledger, "batch_id")
         suspects = set(self.store.live_record_ids()) ^ set(rows)
         for batch_id, row in rows.items():
             if batch_id in suspects:
@@ -110,7 +112,7 @@ class StateCheck:
             findings = []
             if summary_row(batch) != rows[0]:
                 findings.append(self._fix_row(subject, batch, rows[0], repair))
-            held = self._outstanding_holds().get(batch_id, 0)
+            held = _held_by(self.store.snapshot().ledger, "batch_id").get(batch_id, 0)
             if batch.status == BatchStatus.RUNNING and held != batch.cost:
                 findings.append(
                     Finding(subject, f"running, but {held} of its {batch.cost} credits held", "")
@@ -195,29 +197,29 @@ class StateCheck:
             apply()
         return Finding(subject, problem, action, repaired=repair)
 
-    def _outstanding_holds(self) -> dict[str, int]:
-        held: dict[str, int] = {}
-        for entry in self.store.snapshot().ledger:
-            if entry.get("batch_id"):
-                held[entry["batch_id"]] = held.get(entry["batch_id"], 0) + entry["held_change"]
-        return held
 
-    def _check_clients(self) -> list[Finding]:
-        """Each client's `held` is the sum of its live holds (posted in the same writes)."""
-        snapshot = self.store.snapshot()
-        sums: dict[str, int] = {}
-        for entry in snapshot.ledger:
-            sums[entry["client_id"]] = sums.get(entry["client_id"], 0) + entry["held_change"]
-        return [
-            Finding(
-                f"client {client['client_id']}",
-                f"holds {client.get('held', 0)} credits but its ledger holds "
-                f"{sums.get(client['client_id'], 0)}",
-                "",
-            )
-            for client in snapshot.clients
-            if client.get("held", 0) != sums.get(client["client_id"], 0)
-        ]
+def _held_by(ledger: list[dict[str, Any]], key: str) -> dict[str, int]:
+    """Credits held per `key` of the live ledger entries (`batch_id` or `client_id`)."""
+    held: dict[str, int] = {}
+    for entry in ledger:
+        if entry.get(key):
+            held[entry[key]] = held.get(entry[key], 0) + entry["held_change"]
+    return held
+
+
+def _check_clients(snapshot: Snapshot) -> list[Finding]:
+    """Each client's `held` is the sum of its live holds (posted in the same writes)."""
+    sums = _held_by(snapshot.ledger, "client_id")
+    return [
+        Finding(
+            f"client {client['client_id']}",
+            f"holds {client.get('held', 0)} credits but its ledger holds "
+            f"{sums.get(client['client_id'], 0)}",
+            "",
+        )
+        for client in snapshot.clients
+        if client.get("held", 0) != sums.get(client["client_id"], 0)
+    ]
 
 
 def _gone(batch_id: str) -> Finding:
