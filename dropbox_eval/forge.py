@@ -97,10 +97,11 @@ class GiteaClient(ForgeLabels):
         if key in self._prepared:
             return self._prepared[key]
         if new and self._create_repo(full_name) is not None:
-            with self._labels_locked():
-                created = self._request(
-                    "POST", f"/repos/{full_name}/labels", json={"name": label, "color": color}
-                )
+            # no label lock: nobody else knows a repo created just now (the batch's intake
+            # lease keeps out a second opener), so its one label cannot be created twice
+            created = self._request(
+                "POST", f"/repos/{full_name}/labels", json={"name": label, "color": color}
+            )
             return int(created["id"])
         self.ensure_repo(full_name)
         label_id = self.ensure_label(full_name, label, color)

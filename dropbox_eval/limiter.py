@@ -2,7 +2,13 @@
 latency stays near the lowest seen, multiplicative decrease on rising latency, 5xx, 429 and
 timeouts, and a pause for a `Retry-After` (AIMD, as TCP and Netflix's concurrency-limits
 do). The sandbox forge never errors under load, so latency alone must be able to stop the
-climb."""
+climb.
+
+After an overload (5xx, 429, a timeout: often a restart or a short outage, not a slower
+forge) the budget climbs back as TCP's slow start does: by one per good call, doubling
+every round trip, until it is back at half the budget it had before the overload, then by
+one per round trip again. Rising latency gets no slow start: the forge is busy, not gone.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ class Limiter:
         self.ceiling = max(self.floor, ceiling)
         self._limit = float(min(max(initial, self.floor), self.ceiling))
         self._lowest: float | None = None
+        self._recover_to: float | None = None  # slow start's end after an overload
         self._calm_after = 0.0  # no second decrease before the calls already out come back
         self._paused_until = 0.0
         self._clock = clock
@@ -71,6 +78,8 @@ class Limiter:
             if outcome.retry_after:
                 self._paused_until = max(self._paused_until, now + outcome.retry_after)
             if outcome.overloaded:
+                if self._recover_to is None:  # the first of an overload: where to get back
+                    self._recover_to = self._limit * OVERLOAD_DECREASE
                 self._decrease(OVERLOAD_DECREASE, now, outcome.latency)
             else:
                 self._learn_latency(outcome.latency, in_flight, now)
@@ -86,9 +95,16 @@ class Limiter:
         else:
             self._lowest = lowest + (latency - lowest) * DRIFT
         if latency > TOLERANCE * lowest:
+            self._recover_to = None
             self._decrease(DECREASE, now, latency)
         elif in_flight >= self._limit - 1:  # only a budget in use says anything about it
-            self._limit = min(float(self.ceiling), self._limit + 1.0 / self._limit)
+            self._limit = min(float(self.ceiling), self._limit + self._step())
+
+    def _step(self) -> float:
+        if self._recover_to is not None and self._limit < self._recover_to:
+            return min(1.0, self._recover_to - self._limit)
+        self._recover_to = None
+        return 1.0 / self._limit
 
     def _decrease(self, factor: float, now: float, latency: float) -> None:
         if now < self._calm_after:

@@ -45,7 +45,7 @@ class Service:
             app, self.stop_event, self._report, self.opener, on_full=self.check_state
         )
         self.delivery = DeliveryWorker(app, self.stop_event, self._report)
-        self.alarm = Alarm("settle-alarm")
+        self.alarm = Alarm("alarm")
         self._wire()
 
     def _wire(self) -> None:
@@ -53,6 +53,7 @@ class Service:
         app = self.app
         app.lifecycle.on_error = self._report
         app.inbox.on_recorded = self.opener.offer  # the receipt is out: open its issues
+        self.opener.retry_at = self.alarm.after  # a failed opening comes back when due
         app.settler.on_closed = lambda _batch_id: self.delivery.wake.set()  # deliver now
         app.poller.on_settling = lambda repo, seconds: self.alarm.after(
             seconds, lambda: app.nudges.add(repo)

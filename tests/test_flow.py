@@ -191,3 +191,26 @@ def test_a_settling_result_becomes_final_when_its_window_ends_not_at_the_next_po
         assert service.cycles == cycles  # no poll cycle came: the alarm did it
         assert alarms and alarms[0] > 0  # read while settling, an alarm set for its end
     assert read_json(report)["results"][0]["status"] == "passed"
+
+
+def test_an_opening_stopped_by_a_503_comes_back_at_its_retry_instant_not_the_next_poll(
+    tmp_path: Path, forge: SandboxForge
+) -> None:
+    app = build_app(
+        settings_on(forge, tmp_path, quiet_period=0.1, poll_interval=3600.0, retry_base=0.5)
+    )
+    app.billing.add_client("acme", 100)
+    with serving(app) as service:
+        assert wait_for(lambda: service.cycles >= 1, 60)  # the start's cycle is behind us
+        cycles = service.cycles
+        forge.fail_next(1, 503, path_contains="/issues", method="POST")
+        receipt_path = drop(app, "acme", "b.json", {"tasks": tasks(3)})
+        assert wait_for(receipt_path.exists, 60)
+        batch_id = str(read_json(receipt_path)["batch_id"])
+        assert wait_for(lambda: app.store.get_batch(batch_id).attempts == 1, 60)
+        assert wait_for(lambda: app.store.get_batch(batch_id).intake_done, 60)
+        assert service.cycles == cycles  # no poll cycle came: the stored retry instant did
+    issues = app.store.get_tasks(batch_id)
+    assert all(t.issue_number for t in issues)
+    repo = app.store.get_batch(batch_id).repo.split("/")[1]
+    assert len(forge.issues(forge.user, repo)) == 3  # the failed create made nothing twice

@@ -73,6 +73,39 @@ def test_overload_halves_and_retry_after_pauses() -> None:
     assert not forge_outcome(ForgeRetryable("GET /x: forge answered 404", 404)).overloaded
 
 
+def test_after_an_overload_the_budget_slow_starts_back_to_half_of_before() -> None:
+    clock = Clock()
+    limiter = Limiter(initial=40, ceiling=64, clock=clock)
+    for _ in range(5):  # a burst of 503s: halved once per round trip, down to 2
+        limiter.record(Outcome(0.1, overloaded=True), in_flight=limiter.limit)
+        clock.now += 1.0
+    assert limiter.limit == 1
+    calls = 0
+    while limiter.limit < 20:  # slow start: one more per good call, up to 40 x 0.5
+        limiter.record(Outcome(0.1), in_flight=limiter.limit)
+        calls += 1
+    assert calls <= 20
+    limiter.record(Outcome(0.1), in_flight=limiter.limit)
+    assert limiter.limit == 20  # past half of before: one more per round trip again
+    for _ in range(19):
+        limiter.record(Outcome(0.1), in_flight=limiter.limit)
+    assert limiter.limit == 20
+
+
+def test_rising_latency_ends_a_slow_start() -> None:
+    clock = Clock()
+    limiter = Limiter(initial=40, ceiling=64, clock=clock)
+    limiter.record(Outcome(0.1), in_flight=40)
+    limiter.record(Outcome(0.1, overloaded=True), in_flight=40)
+    assert limiter.limit == 20
+    clock.now += 1.0
+    limiter.record(Outcome(1.0), in_flight=20)  # busy, not gone: the slow start is over
+    assert limiter.limit == 16
+    for _ in range(10):
+        limiter.record(Outcome(0.1), in_flight=limiter.limit)
+    assert limiter.limit == 16
+
+
 def test_every_exchange_runs_as_its_client() -> None:
     seen: list[str] = []
     scheduler = ForgeScheduler(Limiter(initial=2))

@@ -37,7 +37,7 @@ from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id, utcnow
 from . import paging, totals
 from .base import SUMMARY_FIELDS, Row, _dump, _encode, _insert, summary_row
 from .clients import ClientStore, _post, settle_once
-from .files import AtomicJSONStorage, append_lines, unlink_quietly, write_table
+from .files import AtomicJSONStorage, append_lines, read_table, unlink_quietly, write_table
 from .tasks import Signature
 
 __all__ = ["AtomicJSONStorage", "Store", "append_lines"]
@@ -147,9 +147,12 @@ class Store(ClientStore):
         """
         encoded = {k: _encode(v) for k, v in fields.items()}
         with self.locked():
-            with self._open(self._batch_file(batch_id)) as db:
-                db.table("batch").update(encoded, doc_ids=[1])
-                row = db.table("batch").get(doc_id=1)
+            path = self._batch_file(batch_id)
+            rows = read_table(path, "batch")  # one read, one write: the record is one row
+            if not rows:
+                raise NotFoundError(f"no batch {batch_id!r}")
+            row = {**rows[0], **encoded}
+            write_table(path, "batch", [row])
             batch = BatchRecord.model_validate(row)
             if batch.emitted_at is not None:
                 self.archive(batch)

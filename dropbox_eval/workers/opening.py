@@ -1,15 +1,20 @@
 """OpenWorker: recorded batches -> their issues. The drop has its receipt already; here
 each batch's issues are created, at most OPEN_PER_CLIENT batches of one client at a time,
-every forge call waiting its client's turn at the scheduler."""
+every forge call waiting its client's turn at the scheduler. A batch whose visit failed is
+offered again at the instant its stored schedule names (`retry_at`, an alarm), not at the
+next poll cycle, so the forge's budget is in use again as soon as it may be."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import Any
 
 from ..app import App
+from ..errors import NotFoundError
 from ..keyedpool import KeyedPool
+from ..models import BatchStatus, utcnow
 from .guard import Report, guarded
 
 OPEN_THREADS = 16
@@ -25,6 +30,8 @@ class OpenWorker:
         self.pool = KeyedPool(OPEN_THREADS, "open", per_group=OPEN_PER_CLIENT)
         self._started: set[Future[Any]] = set()
         self._lock = threading.Lock()
+        # calls back in so many seconds (the service's alarm); None: the poll cycle resumes
+        self.retry_at: Callable[[float, Callable[[], None]], None] | None = None
 
     def offer(self, batch_id: str, client_id: str) -> Future[Any] | None:
         """Open the batch's missing issues unless that is under way already."""
@@ -47,7 +54,7 @@ class OpenWorker:
 
     def _open(self, batch_id: str) -> None:
         intake, lifecycle = self.app.intake, self.app.lifecycle
-        guarded(
+        opened = guarded(
             f"batch {batch_id}",
             self.report,
             lifecycle.visit,
@@ -55,6 +62,24 @@ class OpenWorker:
             intake.open_issues,
             batch_id,
         )
+        if opened is None:  # the visit failed (a count of issues otherwise)
+            self._schedule_retry(batch_id)
+
+    def _schedule_retry(self, batch_id: str) -> None:
+        """A failed visit left a next try on the record: come back then."""
+        try:
+            batch = self.app.store.get_batch(batch_id)
+        except NotFoundError:  # archived meanwhile: nothing left to open
+            return
+        unfinished = batch.status == BatchStatus.RUNNING and not batch.intake_done
+        if self.retry_at is None or not unfinished or batch.next_attempt_at is None:
+            return
+        seconds = (batch.next_attempt_at - utcnow()).total_seconds()
+
+        def again() -> None:
+            self.offer(batch_id, batch.client_id)
+
+        self.retry_at(seconds, again)
 
     def _forget(self, future: Future[Any]) -> None:
         with self._lock:
