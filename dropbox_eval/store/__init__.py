@@ -132,7 +132,7 @@ class Store(ClientStore):
             task_id: {k: _encode(v) for k, v in fields.items()}
             for task_id, fields in changes.items()
         }
-        with self.locked():
+        with self.record_locked(batch_id):
             self.tasks.append(batch_id, encoded)
 
     def update_batch(
@@ -146,22 +146,33 @@ class Store(ClientStore):
         the ledger's `settlement` (posted once). An emitted batch is archived instead.
         """
         encoded = {k: _encode(v) for k, v in fields.items()}
+        if not settlement and not any(key in SUMMARY_FIELDS for key in fields):
+            with self.record_locked(batch_id):  # the record alone: no store lock
+                batch = self._rewrite_record(batch_id, encoded)
+            if batch.emitted_at is not None:  # an archive a crash left unfinished
+                self.archive(batch)
+            return batch
         with self.locked():
-            path = self._batch_file(batch_id)
-            rows = read_table(path, "batch")  # one read, one write: the record is one row
-            if not rows:
-                raise NotFoundError(f"no batch {batch_id!r}")
-            row = {**rows[0], **encoded}
-            write_table(path, "batch", [row])
-            batch = BatchRecord.model_validate(row)
+            with self.record_locked(batch_id):
+                batch = self._rewrite_record(batch_id, encoded)
             if batch.emitted_at is not None:
                 self.archive(batch)
-            elif settlement or any(key in SUMMARY_FIELDS for key in fields):
+            else:
                 with self._index_change() as data:
                     _refresh_row(data, batch)
                     if settlement:
                         settle_once(data, settlement)
         return batch
+
+    def _rewrite_record(self, batch_id: str, encoded: dict[str, Any]) -> BatchRecord:
+        """One read and one write of the record (its one row); the caller holds its lock."""
+        path = self._batch_file(batch_id)
+        rows = read_table(path, "batch")
+        if not rows:
+            raise NotFoundError(f"no batch {batch_id!r}")
+        row = {**rows[0], **encoded}
+        write_table(path, "batch", [row])
+        return BatchRecord.model_validate(row)
 
     def rewrite_row(self, batch: BatchRecord) -> None:
         """Rewrite a live batch's index row from its record (the row is a cache)."""
@@ -235,7 +246,7 @@ class Store(ClientStore):
         )
 
     def _move_to_archive(self, batch_id: str) -> None:
-        with self.locked():
+        with self.locked(), self.record_locked(batch_id):
             self.tasks.archive_to(batch_id)
             live = self.batches_dir / f"{batch_id}.json"
             if live.exists():

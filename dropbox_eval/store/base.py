@@ -6,6 +6,7 @@ import contextlib
 import os
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from .files import AtomicJSONStorage, unlink_quietly
 from .tasks import Signature, TaskFiles
 
 STALE_TEMP_SECONDS = 300
+RECORD_STRIPES = 64  # locks over the batches' own files: a batch's is the crc32 of its id
 Row = dict[str, Any]
 
 
@@ -41,6 +43,10 @@ class StoreBase:
         self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
         self.archive_rows = Archive(self.archive_dir)
         self._lock = SharedLock(state_dir / "store.lock")
+        self.record_locks_dir = state_dir / "record-locks"
+        self._record_locks = [
+            SharedLock(self.record_locks_dir / f"{n:02d}.lock") for n in range(RECORD_STRIPES)
+        ]
         self._cache: OrderedDict[str, tuple[Signature, list[TaskRecord]]] = OrderedDict()
         self._cache_lock = threading.Lock()
         if read_only:
@@ -54,6 +60,7 @@ class StoreBase:
             self.keys_dir,
             self.archive_dir,
             self.leases_dir,
+            self.record_locks_dir,
         ):
             try:
                 private_folder(folder)
@@ -104,6 +111,15 @@ class StoreBase:
             yield
 
     @contextlib.contextmanager
+    def record_locked(self, batch_id: str) -> Iterator[None]:
+        """Hold the lock over one batch's own files (its record and its tasks), across
+        processes. A change to them alone (a flag on the record, a task's issue) needs no
+        more, so drops of different batches do not queue on the store lock. Order: the
+        store lock first, when both are taken; never the store lock while holding this."""
+        with self._record_locks[zlib.crc32(batch_id.encode()) % RECORD_STRIPES]:
+            yield
+
+    @contextlib.contextmanager
     def _open(self, path: Path) -> Iterator[TinyDB]:
         db = TinyDB(str(path), storage=AtomicJSONStorage)
         try:
@@ -144,7 +160,7 @@ class StoreBase:
         """Remove a live record, its tasks and its lease when the index never named the
         batch: an intake killed before its one committing write (the index row and hold).
         False, and nothing removed, when the index names it."""
-        with self.locked():
+        with self.locked(), self.record_locked(batch_id):
             if any(row["batch_id"] == batch_id for row in self._live_rows()):
                 return False
             base = self.tasks.live / f"{batch_id}.json"

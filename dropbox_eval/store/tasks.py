@@ -75,7 +75,7 @@ class TaskFiles:
 
     def append(self, batch_id: str, changes: Changes) -> None:
         """Journal the changed tasks; fold the journal in once it outgrows the base.
-        The caller holds the store lock."""
+        The caller holds the batch's record lock."""
         base = self.base(batch_id)
         journal = self.journal(base)
         append_lines(journal, [changes])
@@ -83,7 +83,7 @@ class TaskFiles:
             self.compact(batch_id)
 
     def compact(self, batch_id: str) -> Path:
-        """Fold the journal into the base; returns the base. The caller holds the lock."""
+        """Fold the journal into the base; returns the base. The caller holds the record lock."""
         base = self.base(batch_id)
         journal = self.journal(base)
         if journal.exists():
