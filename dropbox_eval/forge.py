@@ -11,6 +11,7 @@ Labels, which Gitea lets repeat under one name, are forgelabels.py's.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -103,10 +104,18 @@ class GiteaClient(ForgeLabels):
                 "POST", f"/repos/{full_name}/labels", json={"name": label, "color": color}
             )
             return int(created["id"])
-        self.ensure_repo(full_name)
-        label_id = self.ensure_label(full_name, label, color)
-        if not new:  # a repo of one batch is not worth remembering
-            self._prepared[key] = label_id
+        with self._preparing_lock:
+            preparing = self._preparing.setdefault(key, threading.Lock())
+        with preparing:  # a burst into one shared repo looks at it once, not once a batch
+            if key in self._prepared:
+                return self._prepared[key]
+            self.ensure_repo(full_name)
+            label_id = self.ensure_label(full_name, label, color)
+            if not new:  # a repo of one batch is not worth remembering
+                self._prepared[key] = label_id
+        if new:
+            with self._preparing_lock:
+                self._preparing.pop(key, None)
         return label_id
 
     def _create_repo(self, full_name: str) -> str | None:

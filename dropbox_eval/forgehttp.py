@@ -81,6 +81,8 @@ class ForgeTransport:
         )
         self._login: str | None = None
         self._prepared: dict[tuple[str, str], int] = {}  # (repo, label) -> label id
+        self._preparing: dict[tuple[str, str], threading.Lock] = {}  # one look per repo
+        self._preparing_lock = threading.Lock()
         self._owner_ids: dict[str, int] = {}  # owner (case-folded) -> user or org id
         self._label_lock: AbstractContextManager[Any] = (
             SharedLock(label_lock, timeout=LABEL_LOCK_TIMEOUT) if label_lock else threading.Lock()

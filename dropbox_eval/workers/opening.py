@@ -17,8 +17,10 @@ from ..keyedpool import KeyedPool
 from ..models import BatchStatus, utcnow
 from .guard import Report, guarded
 
-OPEN_THREADS = 16
-OPEN_PER_CLIENT = 2
+# 8 clients served at once, as many batches of one client as its burst needs to fill the
+# forge's budget; the scheduler, not the thread count, keeps the clients' forge calls fair
+OPEN_THREADS = 64
+OPEN_PER_CLIENT = 8
 
 
 class OpenWorker:
