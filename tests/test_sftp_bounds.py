@@ -8,6 +8,7 @@ another client, and names with control characters never reach a log line raw.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,11 +38,15 @@ STALE_SECONDS = 3.0
 DESCRIPTORS = 256
 
 
+QUOTA_TESTS = 2  # the tests whose exact folder listings need clients of their own
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(
         tmp_path_factory.mktemp("bounds-home"),
-        ("acme", "other", "third"),
+        ("acme", "other"),
+        seats=QUOTA_TESTS,
         limit_files=(DESCRIPTORS, DESCRIPTORS),
         quiet_period=600.0,
         rescan_interval=0.5,
@@ -57,6 +62,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         sftp_max_client_open_files=CLIENT_FILES,
     ) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def numbers() -> Iterator[int]:
+    """The numbers of the tests that take clients of their own on the module's stack."""
+    return itertools.count(1)
+
+
+@pytest.fixture
+def own(stack: Stack, numbers: Iterator[int]) -> Stack:
+    """The stack with `acme` and `other` new clients of this test's own: what it lists in
+    their folders no other test has touched."""
+    return stack.own_clients(next(numbers))
 
 
 def batch_json(client: str, ref: str) -> bytes:
@@ -222,45 +240,47 @@ def test_the_endpoint_raises_its_soft_descriptor_limit_at_start(tmp_path: Path) 
 
 
 def test_pending_bytes_over_the_quota_are_refused_with_a_clear_message(
-    stack: Stack, tmp_path: Path
+    own: Stack, tmp_path: Path
 ) -> None:
-    client = paramiko_client(stack, user="third", key="third")
+    stack, third = own, own.acme
+    client = paramiko_client(stack, user=third, key="acme")
     try:
         upload(client, "a.json.part", b" " * 30_000)  # 8 blocks of 4 KiB each
         upload(client, "b.json.part", b" " * 30_000)  # the quota (16 blocks) is full
         with pytest.raises(OSError, match="over your storage quota.*CLIENT_QUOTA_BYTES"):
             upload(client, "c.json", b"{}")
-        assert sorted(p.name for p in stack.folder("third").iterdir()) == [
+        assert sorted(p.name for p in stack.folder(third).iterdir()) == [
             "a.json.part",
             "b.json.part",
         ]  # the refused upload left nothing
-        (tmp_path / "d.json").write_bytes(batch_json("third", "d"))
-        refused = sftp(stack, "put d.json\n", user="third", key="third", cwd=tmp_path)
+        (tmp_path / "d.json").write_bytes(batch_json(third, "d"))
+        refused = sftp(stack, "put d.json\n", user=third, key="acme", cwd=tmp_path)
         assert refused.returncode != 0  # OpenSSH's client shows only "Failure"
         logged = "file=d.json bytes=0 outcome=refused (over your storage quota"
         assert wait_for(lambda: logged in stack.log_text(), 30)
-        other = paramiko_client(stack, user="other", key="other")
+        other = paramiko_client(stack, user=own.other, key="other")
         try:  # another client's quota is its own
             upload(other, "big.json.part", b" " * 30_000)
             other.remove("big.json.part")
         finally:
             close(other)
         client.remove("a.json.part")  # room again
-        upload(client, "e.json", batch_json("third", "e"))
+        upload(client, "e.json", batch_json(third, "e"))
     finally:
         close(client)
-    assert wait_for(lambda: receipt(stack, "third", "e.json") is not None, 30)
-    (stack.folder("third") / "b.json.part").unlink()
+    assert wait_for(lambda: receipt(stack, third, "e.json") is not None, 30)
+    (stack.folder(third) / "b.json.part").unlink()
 
 
-def test_a_growing_upload_is_discarded_when_it_passes_the_quota(stack: Stack) -> None:
-    client = paramiko_client(stack, user="third", key="third")
+def test_a_growing_upload_is_discarded_when_it_passes_the_quota(own: Stack) -> None:
+    stack, third = own, own.acme
+    client = paramiko_client(stack, user=third, key="acme")
     try:
         upload(client, "keep.json.part", b" " * 30_000)  # 8 blocks
         upload(client, "also.json.part", b" " * 20_000)  # 5 blocks: 3 are left
         with pytest.raises(OSError, match="over your storage quota"):
             upload(client, "grow.json.part", b" " * 20_000)  # opens, then passes it
-        assert not any("grow" in p.name for p in stack.folder("third").iterdir())
+        assert not any("grow" in p.name for p in stack.folder(third).iterdir())
         logged = "file=grow.json.part bytes=0 outcome=refused (over your storage quota"
         assert wait_for(lambda: logged in stack.log_text(), 30)
         client.remove("keep.json.part")
