@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import wait
 from types import FrameType
 from typing import Any
@@ -53,11 +54,20 @@ class Service:
         app = self.app
         app.lifecycle.on_error = self._report
         app.inbox.on_recorded = self.opener.offer  # the receipt is out: open its issues
-        self.opener.retry_at = self.alarm.after  # a failed opening comes back when due
+        self.opener.retry_at = self._retry_later  # a failed opening comes back when due
         app.settler.on_closed = lambda _batch_id: self.delivery.wake.set()  # deliver now
         app.poller.on_settling = lambda repo, seconds: self.alarm.after(
             seconds, lambda: app.nudges.add(repo)
         )
+
+    def _retry_later(self, seconds: float, call: Callable[[], None]) -> None:
+        """`call()` in `seconds`, unless the service is stopping by then."""
+
+        def unless_stopping() -> None:
+            if not self.stop_event.is_set():
+                call()
+
+        self.alarm.after(seconds, unless_stopping)
 
     @property
     def cycles(self) -> int:
