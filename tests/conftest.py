@@ -24,6 +24,7 @@ from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.emitter import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.schemas import NAMES, shipped
+from dropbox_eval.service import Service
 from dropbox_eval.web.server import create_web
 from dropbox_eval.webserver import BackgroundServer
 
@@ -194,6 +195,22 @@ def isolated_cli(home: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatc
             monkeypatch.delenv(key)
     monkeypatch.setenv("SAAS_EVAL_GITEA_TOKEN", forge.token)
     return Cli(home, forge)
+
+
+@contextlib.contextmanager
+def serving(app: App) -> Iterator[Service]:
+    """`app` run as the service (`dropbox-eval run`) in a thread for as long as the block
+    runs: watcher, opener, poller, delivery."""
+    service = Service(app)
+    thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
+    thread.start()
+    assert wait_for(lambda: service.status.get("state") == "running", 60)
+    try:
+        yield service
+    finally:
+        service.stop()
+        thread.join(timeout=120)
+    assert not thread.is_alive()
 
 
 @contextlib.contextmanager
