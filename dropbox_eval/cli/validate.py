@@ -15,12 +15,13 @@ from .output import emit_json, friendly_errors, json_option
 
 @click.command()
 @click.argument("name", type=click.Choice(["batch", "receipt", "error", "report"]))
-def schema(name: str) -> None:
+@json_option
+def schema(name: str, as_json: bool) -> None:
     """Print the JSON Schema (draft 2020-12) of the batch file, the receipt, the error file
-    or the report, as this version ships it."""
+    or the report, as this version ships it (JSON with or without --json)."""
     from ..schemas import NAMES, shipped
 
-    assert name in NAMES
+    assert name in NAMES and as_json in (True, False)
     click.echo(shipped(name), nl=False)
 
 
