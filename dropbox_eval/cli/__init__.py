@@ -168,7 +168,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "schema": (
         "validate",
-        "Print the JSON Schema of the batch file, receipt, error file or report.",
+        "Print the JSON Schema (draft 2020-12) of the batch file, receipt, error file or report.",
     ),
     "serve": (
         "service",
@@ -189,7 +189,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "validate": (
         "validate",
-        "Check batch files as the inbox would (no service needed): one line per problem, exit 1.",
+        "Check batch files as the inbox would: exit 1 with one `FILE: message` line per problem.",
     ),
     "watch": (
         "batches",

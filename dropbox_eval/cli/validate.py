@@ -17,8 +17,10 @@ from .output import emit_json, friendly_errors, json_option
 @click.argument("name", type=click.Choice(["batch", "receipt", "error", "report"]))
 @json_option
 def schema(name: str, as_json: bool) -> None:
-    """Print the JSON Schema (draft 2020-12) of the batch file, the receipt, the error file
-    or the report, as this version ships it (JSON with or without --json)."""
+    """Print the JSON Schema (draft 2020-12) of the batch file, receipt, error file or report.
+
+    The schema this version ships, generated from its models (JSON with or without --json).
+    """
     from ..schemas import NAMES, shipped
 
     assert name in NAMES and as_json in (True, False)
@@ -36,10 +38,12 @@ def schema(name: str, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def validate(obj: Context, files: tuple[Path, ...], client_id: str | None, as_json: bool) -> None:
-    """Check FILES as the inbox would (same parser, limits and messages): exit 0 when every
-    one would be accepted, 1 with one `FILE: message` line per problem. Needs no service,
-    forge or state; the client's credits and the callback host's address are checked only
-    when the file is dropped."""
+    """Check batch files as the inbox would: exit 1 with one `FILE: message` line per problem.
+
+    The inbox's own parser, limits and messages; exit 0 when every file would be accepted.
+    Needs no service, forge or state; the client's credits and the callback host's address
+    are checked only when the file is dropped.
+    """
     from ..validation import check_file
 
     with friendly_errors(as_json):
