@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import Cli, isolated_cli, read_json, serving, settings_on, wait_for
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import App, build_app
 from dropbox_eval.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge
 
@@ -151,3 +151,17 @@ def test_a_running_service_accepts_each_valid_example_and_files_each_error_as_va
         assert document["message"] == lines[0], path.name
         listed = [f"{e['field']}: {e['reason']}" for e in document.get("errors", [])]
         assert (listed or lines[:1]) == lines, path.name
+
+
+def test_validate_and_the_inbox_say_the_same_of_a_bad_file_name(app: App, tmp_path: Path) -> None:
+    name = "night\x1bly.json"  # an escape character: it would forge a log line
+    path = tmp_path / name
+    shutil.copy(ROOT / "examples" / "valid" / "minimal.json", path)
+    done = validate(name, cwd=tmp_path)
+    assert done.returncode == 1
+    line = done.stdout.rstrip("\n")
+    assert line.startswith(f"{name}: ") and line.endswith("; rename the file and drop it again")
+    shutil.copy(path, app.settings.inbox_path / name)
+    outcome = app.inbox.process(app.settings.inbox_path / name)
+    assert outcome.status == "rejected" and outcome.document["reason"] == "invalid_name"
+    assert f"{name}: {outcome.document['message']}" == line
