@@ -1,8 +1,10 @@
-"""parse_batch: bytes -> BatchFile, the one parser of a batch: the inbox, the HTTP API.
+"""parse_batch: bytes -> BatchFile, the one parser of a batch: the inbox, the HTTP API
+and `dropbox-eval validate`.
 
 Refuses what JSON readers disagree on or what cannot be text: UTF-16/32, invalid UTF-8,
 duplicate keys, unpaired surrogate escapes, NaN/Infinity, integers too long to convert;
-checks the size and the task count before the model is built.
+checks the size and the task count before the model is built. `check_claims` and
+`window_of` are the intake's checks of a parsed batch that need no state.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from .errors import BatchRejected
-from .models import BatchFile
+from .models import BatchFile, window_seconds
+from .names import refuse_reserved
 
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -63,6 +66,34 @@ def check_task_count(count: int, limit: int) -> None:
         raise BatchRejected(
             "too_many_tasks", f"{count} tasks; the limit is {limit}", field="tasks", limit=limit
         )
+
+
+def check_claims(batch: BatchFile, client_id: str, max_tasks: int) -> None:
+    """A parsed batch taken for `client_id` (its folder's, its API key's, or its own):
+    neither id is reserved, the file claims no other client, the task count fits."""
+    refuse_reserved(batch.client_id)  # names.py: the one rule, before the mismatch check
+    refuse_reserved(client_id)
+    if batch.client_id is not None and batch.client_id != client_id:
+        raise BatchRejected(
+            "client_mismatch",
+            f"file claims client_id {batch.client_id!r} but was dropped for {client_id!r}",
+            field="client_id",
+        )
+    check_task_count(len(batch.tasks), max_tasks)
+
+
+def window_of(batch: BatchFile, default: int, longest: int) -> int:
+    """The batch's completion window in seconds: its own (60 s to `longest`) or `default`."""
+    if batch.completion_window is None:
+        return default
+    seconds = window_seconds(batch.completion_window)
+    if not 60 <= seconds <= longest:
+        raise BatchRejected(
+            "invalid_batch",
+            f"completion_window: must be between 60 and {longest} seconds",
+            field="completion_window",
+        )
+    return seconds
 
 
 def rejection_from_validation(exc: ValidationError) -> BatchRejected:

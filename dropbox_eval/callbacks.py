@@ -127,6 +127,12 @@ class CallbackPolicy:
             addresses,
         )
 
+    def check_unresolved(self, url: str) -> None:
+        """What `check` refuses without looking a name up: the URL's form, and an address
+        written in it (`dropbox-eval validate`, away from the service's network)."""
+        if _is_ip(_parse(url).host):
+            self.check(url)  # the host is the address: nothing is resolved
+
     def allows(self, address: IPAddress) -> bool:
         """Whether the policy lets a connection reach `address` (allow-list or public)."""
         if any(address in network for network in self.networks):

@@ -14,10 +14,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import crashpoints
-from .batchfile import check_task_count, rejection_from_validation
+from .batchfile import check_claims, rejection_from_validation, window_of
 from .billing import Billing
 from .callbacks import CallbackPolicy
 from .config import Settings
+from .documents import Acceptance, IssueNumber
 from .errors import BatchRejected
 from .forge import GiteaClient, UsesForge
 from .issues import IssueOpener
@@ -28,9 +29,7 @@ from .models import (
     TaskRecord,
     new_batch_id,
     utcnow,
-    window_seconds,
 )
-from .names import refuse_reserved
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -141,22 +140,19 @@ class Intake(UsesForge):
         """What the client is told: the batch id and each task's issue number so far."""
         batch = self.store.get_batch(batch_id)
         running = batch.status == BatchStatus.RUNNING
-        result: dict[str, Any] = {
-            "ok": True,
-            "batch_id": batch_id,
-            "status": "in_progress" if running else batch.status,
-            "task_count": batch.total,
-            "held": batch.cost if running else 0,
-            "issues": [
-                {"task_id": t.task_id, "issue_number": t.issue_number}
+        return Acceptance(
+            ok=True,
+            batch_id=batch_id,
+            status="in_progress" if running else batch.status,
+            task_count=batch.total,
+            held=batch.cost if running else 0,
+            issues=[
+                IssueNumber(task_id=t.task_id, issue_number=t.issue_number)
                 for t in self.store.get_tasks(batch_id)
             ],
-        }
-        if batch.failure:
-            result["failure"] = batch.failure
-        if duplicate:
-            result["duplicate"] = True
-        return result
+            failure=batch.failure,
+            duplicate=duplicate,
+        ).document()
 
     def record(
         self,
@@ -167,15 +163,7 @@ class Intake(UsesForge):
         sha256: str | None = None,
     ) -> Recorded:
         """Store the batch and its hold before any forge call. No forge I/O."""
-        refuse_reserved(batch.client_id)  # names.py: the one rule, before the mismatch check
-        refuse_reserved(client_id)
-        if batch.client_id is not None and batch.client_id != client_id:
-            raise BatchRejected(
-                "client_mismatch",
-                f"file claims client_id {batch.client_id!r} but was dropped for {client_id!r}",
-                field="client_id",
-            )
-        check_task_count(len(batch.tasks), self.settings.max_tasks)
+        check_claims(batch, client_id, self.settings.max_tasks)
         if batch.callback_url:
             self.policy.check(batch.callback_url)
         with self.store.locked():
@@ -216,21 +204,13 @@ class Intake(UsesForge):
             cost=cost,
             unit_price=self.billing.task_price,
             created_at=now,
-            deadline=now + timedelta(seconds=self._window(batch)),
+            deadline=now
+            + timedelta(
+                seconds=window_of(
+                    batch, self.settings.completion_window, self.settings.max_completion_window
+                )
+            ),
         )
-
-    def _window(self, batch: BatchFile) -> int:
-        if batch.completion_window is None:
-            return self.settings.completion_window
-        seconds = window_seconds(batch.completion_window)
-        low, high = 60, self.settings.max_completion_window
-        if not low <= seconds <= high:
-            raise BatchRejected(
-                "invalid_batch",
-                f"completion_window: must be between {low} and {high} seconds",
-                field="completion_window",
-            )
-        return seconds
 
     def repo_for(self, client_id: str, batch_id: str) -> str:
         """The shared repo, or `<owner>/eval-<client_id>-<batch_id>`."""

@@ -78,7 +78,11 @@ def _check_text(value: str) -> str:
     return value
 
 
-Id = Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_check_id)]
+Id = Annotated[
+    str,
+    Field(pattern=ID_PATTERN, json_schema_extra={"not": {"pattern": r"\.\."}}),
+    AfterValidator(_check_id),
+]
 
 
 def is_valid_id(value: str) -> bool:
@@ -91,7 +95,11 @@ def is_valid_client_id(value: str) -> bool:
     return is_valid_id(value) and not is_reserved_client_id(value)
 
 
-Text = Annotated[str, AfterValidator(_check_text)]
+Text = Annotated[
+    str,
+    AfterValidator(_check_text),
+    Field(json_schema_extra={"pattern": "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*$"}),
+]
 
 
 _WINDOW_RE = re.compile(r"^(\d+)([smhd])$")
@@ -124,10 +132,12 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_id: Id
+    task_id: Id = Field(description="unique in the batch")
     title: Annotated[Text, Field(min_length=1, max_length=255)]
-    body: Text = ""
-    acceptance: list[Text] = Field(default_factory=list)
+    body: Text = Field("", description="the issue's text (Markdown)")
+    acceptance: list[Text] = Field(
+        default_factory=list, description="shown as checkboxes under the body"
+    )
 
 
 class BatchFile(BaseModel):
@@ -135,11 +145,28 @@ class BatchFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    client_id: Id | None = None
-    batch_ref: Id | None = None
-    callback_url: str | None = None
-    completion_window: str | int | None = None
-    tasks: list[TaskSpec] = Field(min_length=1)
+    client_id: Id | None = Field(
+        None,
+        description="required at the top of the inbox; in inbox/<client_id>/ it may be left "
+        "out, or must name that folder's client",
+    )
+    batch_ref: Id | None = Field(
+        None, description="your name for the batch: the same batch_ref again is a duplicate"
+    )
+    callback_url: str | None = Field(
+        None,
+        description="http(s) URL the report is POSTed to (signed); its host must resolve to "
+        "a public address, as the service sees it",
+    )
+    completion_window: str | int | None = Field(
+        None,
+        description="seconds, or like '24h', '90m', '2d': tasks still open then are closed "
+        "(60 s to SAAS_EVAL_MAX_COMPLETION_WINDOW; default SAAS_EVAL_COMPLETION_WINDOW)",
+    )
+    tasks: list[TaskSpec] = Field(
+        min_length=1,
+        description="at most SAAS_EVAL_MAX_TASKS (10,000 by default), task_ids unique",
+    )
 
     @field_validator("completion_window")
     @classmethod
@@ -291,6 +318,8 @@ class LedgerEntry(BaseModel):
 class ReportResult(BaseModel):
     """One task line of a report."""
 
+    model_config = ConfigDict(extra="forbid")
+
     task_id: str
     status: TaskStatus
     summary: str
@@ -301,6 +330,8 @@ class ReportResult(BaseModel):
 
 class Report(BaseModel):
     """The document written to `outbox/<batch_id>.json` or POSTed to the callback."""
+
+    model_config = ConfigDict(extra="forbid")
 
     batch_id: str
     client_id: str

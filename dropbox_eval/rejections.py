@@ -15,14 +15,14 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from filelock import FileLock
 
 from .fileio import write_atomically
 
 MAX_BYTES = 1024 * 1024
-REJECTION_REASONS = (
+RejectionReason = Literal[
     "invalid_json",
     "invalid_encoding",
     "invalid_batch",
@@ -38,7 +38,8 @@ REJECTION_REASONS = (
     "symlink",
     "unknown_batch",
     "not_running",
-)
+]
+REJECTION_REASONS: tuple[str, ...] = get_args(RejectionReason)
 """Every reason a dropped file is rejected for (README "File protocol" lists each)."""
 _FIELDS = ("reason", "message", "file", "client_id", "rejected_at", "limit")
 

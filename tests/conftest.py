@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 import pytest
 from click.testing import CliRunner, Result
 from fastapi import FastAPI
@@ -22,6 +23,8 @@ from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.emitter import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.schemas import NAMES, shipped
+from dropbox_eval.service import Service
 from dropbox_eval.web.server import create_web
 from dropbox_eval.webserver import BackgroundServer
 
@@ -195,6 +198,22 @@ def isolated_cli(home: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatc
 
 
 @contextlib.contextmanager
+def serving(app: App) -> Iterator[Service]:
+    """`app` run as the service (`dropbox-eval run`) in a thread for as long as the block
+    runs: watcher, opener, poller, delivery."""
+    service = Service(app)
+    thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
+    thread.start()
+    assert wait_for(lambda: service.status.get("state") == "running", 60)
+    try:
+        yield service
+    finally:
+        service.stop()
+        thread.join(timeout=120)
+    assert not thread.is_alive()
+
+
+@contextlib.contextmanager
 def served(app: App) -> Iterator[str]:
     """The HTTP server (API, metrics, health, page) over `app` on a loopback port, as
     `serve` runs it, for as long as the block runs; its base URL."""
@@ -203,3 +222,62 @@ def served(app: App) -> Iterator[str]:
         yield server.start()
     finally:
         server.stop()
+
+
+SCHEMAS = {
+    name: jsonschema_rs.Draft202012Validator(json.loads(shipped(name)), validate_formats=True)
+    for name in NAMES
+}
+"""A validator of each published schema (dropbox_eval/schemas/*.json)."""
+
+
+def document_kind(path: Path) -> str | None:
+    """Which published document a file is, by where the service writes it: a receipt in
+    `accepted/`, an error file in `rejected/`, a report in `outbox/` or
+    `outbox/undelivered/`; None for any other file."""
+    folder, name = path.parent, path.name
+    if folder.name == "accepted" and name.endswith(".receipt.json"):
+        return "receipt"
+    if folder.name == "rejected" and name.endswith(".error.json"):
+        return "error"
+    undelivered = folder.name == "undelivered" and folder.parent.name == "outbox"
+    in_outbox = folder.name == "outbox" or undelivered
+    if in_outbox and name.endswith(".json") and not name.startswith("."):
+        return "report"
+    return None
+
+
+def schema_problems(root: Path) -> list[str]:
+    """Every receipt, error file and report under `root` (links never followed) that its
+    published schema refuses, one line each."""
+    problems: list[str] = []
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(folder) / name
+            kind = document_kind(path)
+            if kind is None or path.is_symlink():
+                continue
+            try:
+                document = json.loads(path.read_bytes())
+            except (OSError, ValueError) as exc:
+                problems.append(f"{path}: not a readable JSON {kind}: {exc}")
+                continue
+            problems += [
+                f"{path}: the {kind} schema refuses {error.instance_path or '/'}: "
+                + error.message[:500]
+                for error in SCHEMAS[kind].iter_errors(document)
+            ]
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def published_documents_match_their_schemas(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[None]:
+    """After every test: each receipt, error file and report the test made under its
+    `tmp_path` validates against the schema clients get (`dropbox-eval schema`). A test
+    that writes look-alike documents itself is marked `planted_documents`."""
+    yield
+    if request.node.get_closest_marker("planted_documents") is None:
+        problems = schema_problems(tmp_path)
+        assert not problems, "documents that break their published schema:\n" + "\n".join(problems)

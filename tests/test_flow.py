@@ -5,35 +5,17 @@ the inbox of a running service, the sandbox forge over loopback."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_json, settings_on, tasks, wait_for
+from conftest import read_json, serving, settings_on, tasks, wait_for
 
 from dropbox_eval import workers
 from dropbox_eval.app import App, build_app
 from dropbox_eval.fileio import write_atomically
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
-
-
-@contextmanager
-def serving(app: App) -> Iterator[Service]:
-    service = Service(app)
-    thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
-    thread.start()
-    assert wait_for(lambda: service.status.get("state") == "running", 60)
-    try:
-        yield service
-    finally:
-        service.stop()
-        thread.join(timeout=120)
-    assert not thread.is_alive()
 
 
 def drop(app: App, client: str, name: str, document: dict[str, Any]) -> Path:

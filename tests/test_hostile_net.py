@@ -43,6 +43,7 @@ def _refused(policy: CallbackPolicy, url: str) -> BatchRejected:
     return caught.value
 
 
+@pytest.mark.planted_documents  # the emitter is handed a stand-in report
 def test_item2_backslash_callback_refused(tmp_path: Path, receiver: Receiver) -> None:
     """urlsplit sees 8.8.8.8, urllib3 connects to 127.0.0.1: refused, nothing is sent."""
     url = f"http://127.0.0.1:{_port(receiver)}\\@8.8.8.8/hook"
@@ -113,6 +114,7 @@ def test_item2_userinfo_refused_even_for_allowed_hosts(receiver: Receiver) -> No
     assert "user info" in refused.message
 
 
+@pytest.mark.planted_documents  # the emitter is handed a stand-in report
 def test_item2_rebinding_after_check_is_refused_at_connect(
     tmp_path: Path, receiver: Receiver
 ) -> None:
@@ -178,6 +180,7 @@ def tls_receiver(tmp_path: Path) -> Iterator[tuple[int, str, list[str]]]:
     server.server_close()
 
 
+@pytest.mark.planted_documents  # the emitter is handed a stand-in report
 def test_item2_tls_verifies_the_url_name_not_the_pinned_address(
     tmp_path: Path, tls_receiver: tuple[int, str, list[str]]
 ) -> None:

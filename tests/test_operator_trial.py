@@ -58,6 +58,7 @@ def test_a_callback_url_with_credentials_is_never_echoed(
         assert "s3cret" not in where and "user:s" not in where
 
 
+@pytest.mark.planted_documents  # the emitter is handed a stand-in report
 def test_a_refused_connection_is_a_plain_message(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/hook"
     with pytest.raises(DeliveryError) as caught:
@@ -65,6 +66,7 @@ def test_a_refused_connection_is_a_plain_message(tmp_path: Path) -> None:
     assert str(caught.value) == f"callback {url} unreachable: connection refused"
 
 
+@pytest.mark.planted_documents  # the emitter is handed a stand-in report
 def test_a_tls_failure_is_a_plain_message(tmp_path: Path, receiver: Receiver) -> None:
     url = receiver.url.replace("http://", "https://")  # a plain-HTTP server behind https
     with pytest.raises(DeliveryError) as caught:

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_ruff_is_clean() -> None:
-    paths = [p for p in ("dropbox_eval", "tests", "bench") if (ROOT / p).exists()]
+    paths = [p for p in ("dropbox_eval", "tests", "bench", "examples") if (ROOT / p).exists()]
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", *paths], cwd=ROOT, capture_output=True, text=True
     )
@@ -18,7 +18,7 @@ def test_ruff_is_clean() -> None:
 
 
 def test_ruff_format_is_clean() -> None:
-    paths = [p for p in ("dropbox_eval", "tests", "bench") if (ROOT / p).exists()]
+    paths = [p for p in ("dropbox_eval", "tests", "bench", "examples") if (ROOT / p).exists()]
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--check", *paths],
         cwd=ROOT,

@@ -35,6 +35,7 @@ def public_key() -> str:
     return key.export_public_key("openssh").decode("ascii")
 
 
+@pytest.mark.planted_documents  # the emitter is handed a stand-in report
 def test_a_fresh_state_folder_is_private_and_what_clients_read_is_not(
     cli: Cli, tmp_path: Path
 ) -> None:

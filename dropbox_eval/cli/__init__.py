@@ -166,6 +166,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the sandbox forge (Gitea API subset + simulated lane) alone; prints the "
         "settings that point the service at it.",
     ),
+    "schema": (
+        "validate",
+        "Print the JSON Schema (draft 2020-12) of the batch file, receipt, error file or report.",
+    ),
     "serve": (
         "service",
         "Serve the HTTP API (OpenAPI at /docs), /metrics, /healthz, /readyz and /operator.",
@@ -182,6 +186,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "submit",
         "Drop FILE into the inbox once and print its receipt or error document (exit 4 "
         "when rejected).",
+    ),
+    "validate": (
+        "validate",
+        "Check batch files as the inbox would: exit 1 with one `FILE: message` line per problem.",
     ),
     "watch": (
         "batches",

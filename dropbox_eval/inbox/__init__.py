@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,11 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import crashpoints, timestamps
-from ..batchfile import parse_batch
+from ..documents import ErrorFile, receipt_for
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
-from ..models import BatchFile, BatchRecord, BatchStatus, is_valid_id
-from ..printable import unprintable_reason
+from ..models import BatchFile, BatchRecord, BatchStatus
 from . import fsops
+from .checks import CANCEL_RE, cancel_target, name_problem, read_drop
 from .filing import Skip, check_outcome_folder, file_away, shown
 from .opening import open_file, open_folder, read_whole
 from .readiness import ReadinessTracker
@@ -42,11 +41,19 @@ if TYPE_CHECKING:
     from ..ports import Accepting
     from ..store import Store
 
-__all__ = ["Inbox", "Outcome", "ReadinessTracker", "candidates", "is_candidate_name"]
+__all__ = [
+    "CANCEL_RE",
+    "Inbox",
+    "Outcome",
+    "ReadinessTracker",
+    "cancel_target",
+    "candidates",
+    "is_candidate_name",
+    "name_problem",
+    "read_drop",
+]
 
 log = logging.getLogger("dropbox_eval")
-
-CANCEL_RE = re.compile(r"^cancel-(.+)\.json$")
 
 
 @dataclass
@@ -127,7 +134,7 @@ class Inbox:
     def _process_in(self, folder_fd: int, path: Path) -> Outcome:
         for outcome in OUTCOME_DIRS:  # checked before any intake, created only when needed
             check_outcome_folder(folder_fd, path, outcome)
-        bad_name = _name_problem(path.name)
+        bad_name = name_problem(path.name)
         if bad_name is not None:  # before anything is created: it could not be reported
             error = BatchRejected("invalid_name", f"{bad_name}; rename the file and drop it again")
             return self._reject(folder_fd, path, error, None, None)
@@ -179,34 +186,13 @@ class Inbox:
         return self._accept(folder_fd, path, result, client_id, sha256, fd)
 
     def _parse(self, path: Path, raw: bytes) -> tuple[BatchFile, str]:
-        batch = parse_batch(raw, max_bytes=self.max_file_bytes, max_tasks=self.max_tasks)
-        folder_client = self.client_folder(path)
-        client_id = folder_client or batch.client_id
-        if client_id is None:
-            raise BatchRejected(
-                "missing_client_id",
-                "client_id is required for files dropped at the top of the inbox "
-                "(or drop the file into inbox/<client_id>/)",
-                field="client_id",
-            )
-        if folder_client is not None and not is_valid_id(folder_client):
-            raise BatchRejected(
-                "invalid_batch",
-                f"folder name {folder_client!r} is not a valid client id",
-                field="client_id",
-            )
-        return batch, client_id
+        return read_drop(
+            raw, self.client_folder(path), max_bytes=self.max_file_bytes, max_tasks=self.max_tasks
+        )
 
     def _cancel(self, path: Path) -> tuple[dict[str, Any], str]:
         """`<client>/cancel-<batch_id>.json`: cancel one of that client's running batches."""
-        match = CANCEL_RE.match(path.name)
-        assert match is not None
-        batch_id, client_id = match.group(1), self.client_folder(path)
-        if client_id is None:
-            raise BatchRejected(
-                "missing_client_id",
-                "cancel files go in the client's folder, inbox/<client_id>/cancel-<batch_id>.json",
-            )
+        batch_id, client_id = cancel_target(path.name, self.client_folder(path))
         try:
             batch = self.store.get_batch(batch_id)
         except NotFoundError:
@@ -245,13 +231,15 @@ class Inbox:
         sha256: str,
         fd: int,
     ) -> Outcome:
-        receipt = {
-            **result,
-            "client_id": client_id,
-            "sha256": sha256,
-            "file": path.name,
-            "accepted_at": timestamps.now(),
-        }
+        receipt = receipt_for(
+            {
+                **result,
+                "client_id": client_id,
+                "sha256": sha256,
+                "file": path.name,
+                "accepted_at": timestamps.now(),
+            }
+        )
         dropped = _changed_at(fd)
         final = file_away(folder_fd, path, "accepted", receipt, fd)
         self._filed("accepted", dropped)
@@ -264,7 +252,7 @@ class Inbox:
             result["batch_id"],
             " (duplicate of an earlier drop)" if result.get("duplicate") else "",
         )
-        return Outcome("accepted", final, receipt)
+        return Outcome("accepted", final, receipt.document())
 
     def _recorded(self, batch_id: str, client_id: str) -> None:
         if self.on_recorded is not None:
@@ -273,14 +261,17 @@ class Inbox:
     def _reject(
         self, folder_fd: int, path: Path, error: BatchRejected, sha256: str | None, fd: int | None
     ) -> Outcome:
-        document = {
-            **error.as_dict(),
-            "file": path.name,
-            "sha256": sha256,
-            "rejected_at": timestamps.now(),
-        }
+        error_file = ErrorFile.model_validate(
+            {
+                **error.as_dict(),
+                "file": path.name,
+                "sha256": sha256,
+                "rejected_at": timestamps.now(),
+            }
+        )
         dropped = _changed_at(fd)
-        final = file_away(folder_fd, path, "rejected", document, fd)
+        final = file_away(folder_fd, path, "rejected", error_file, fd)
+        document = error_file.document()
         self._filed("rejected", dropped)
         log.warning("file %s: rejected (%s): %s", shown(path), error.reason, error.message)
         if self.on_reject is not None:
@@ -308,13 +299,3 @@ def _skipped(path: Path, skip: Skip) -> Outcome:
     level = logging.INFO if skip.reason in ("vanished", "changed", "busy") else logging.WARNING
     log.log(level, "file %s: left in place (%s): %s", shown(path), skip.reason, skip.message)
     return Outcome("skipped", None, {"reason": skip.reason, "message": skip.message})
-
-
-def _name_problem(name: str) -> str | None:
-    """Why a file name decoded from the file system cannot be taken: not UTF-8, or holding
-    a control character (a newline would forge log lines); None when it can."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return "the file name is not valid UTF-8"
-    return unprintable_reason(name)

@@ -8,8 +8,8 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
+from ..documents import Filing
 from ..fileio import SHARED_MODE, json_bytes, write_at
 from . import fsops
 
@@ -37,18 +37,19 @@ def outcome_folder(folder_fd: int, path: Path, outcome: str) -> int:
 
 
 def file_away(
-    folder_fd: int, path: Path, outcome: str, document: dict[str, Any], fd: int | None
+    folder_fd: int, path: Path, outcome: str, document: Filing, fd: int | None
 ) -> Path | None:
     """Write the receipt/error file, then move the drop beside it (receipt first, so a
     client that sees its file moved also sees why). Only the file that was read (`fd`)
-    is moved: a new upload that took its name meanwhile stays in the inbox."""
+    is moved: a new upload that took its name meanwhile stays in the inbox. `document`
+    gets `filed_as` when the drop's name was taken."""
     suffix = OUTCOME_SUFFIX[outcome]
     out_fd = outcome_folder(folder_fd, path, outcome)
     try:
-        target = fsops.choose_target(out_fd, path.name, suffix, document, fd)
+        target = fsops.choose_target(out_fd, path.name, suffix, document.document(), fd)
         if target != path.name:
-            document["filed_as"] = target
-        write_at(out_fd, f"{target}{suffix}", json_bytes(document), mode=SHARED_MODE)
+            document.filed_as = target
+        write_at(out_fd, f"{target}{suffix}", json_bytes(document.document()), mode=SHARED_MODE)
         if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
             log.warning("file %s: vanished while being filed as %s", shown(path), outcome)
             if outcome == "rejected":

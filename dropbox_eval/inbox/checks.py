@@ -1,0 +1,60 @@
+"""What the inbox checks of a drop before it touches any state: its name, its bytes (the
+one parser, batchfile.parse_batch), and the client it is for. `dropbox-eval validate`
+makes the same checks with these same functions."""
+
+from __future__ import annotations
+
+import re
+
+from ..batchfile import parse_batch
+from ..errors import BatchRejected
+from ..models import BatchFile, is_valid_id
+from ..printable import unprintable_reason
+
+CANCEL_RE = re.compile(r"^cancel-(.+)\.json$")
+
+
+def read_drop(
+    raw: bytes, folder_client: str | None, *, max_bytes: int, max_tasks: int
+) -> tuple[BatchFile, str]:
+    """The batch in a drop's bytes and the client it is for: the folder's (`folder_client`,
+    None at the top of the inbox) or its own `client_id`; BatchRejected otherwise."""
+    batch = parse_batch(raw, max_bytes=max_bytes, max_tasks=max_tasks)
+    client_id = folder_client or batch.client_id
+    if client_id is None:
+        raise BatchRejected(
+            "missing_client_id",
+            "client_id is required for files dropped at the top of the inbox "
+            "(or drop the file into inbox/<client_id>/)",
+            field="client_id",
+        )
+    if folder_client is not None and not is_valid_id(folder_client):
+        raise BatchRejected(
+            "invalid_batch",
+            f"folder name {folder_client!r} is not a valid client id",
+            field="client_id",
+        )
+    return batch, client_id
+
+
+def cancel_target(name: str, folder_client: str | None) -> tuple[str, str]:
+    """(batch id, client id) of the cancel request `cancel-<batch_id>.json` in a client's
+    folder; BatchRejected at the top of the inbox."""
+    match = CANCEL_RE.match(name)
+    assert match is not None
+    if folder_client is None:
+        raise BatchRejected(
+            "missing_client_id",
+            "cancel files go in the client's folder, inbox/<client_id>/cancel-<batch_id>.json",
+        )
+    return match.group(1), folder_client
+
+
+def name_problem(name: str) -> str | None:
+    """Why a file name decoded from the file system cannot be taken: not UTF-8, or holding
+    a control character (a newline would forge log lines); None when it can."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the file name is not valid UTF-8"
+    return unprintable_reason(name)
