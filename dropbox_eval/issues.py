@@ -2,6 +2,12 @@
 processes. Creation is never retried blindly: an attempt that finds `open_started` on the
 record adopts the issues an earlier attempt created (by their marker, markers.py) and
 creates only the rest.
+
+Adopting pages through the repo, which for a large batch is many round trips in a row. So
+an attempt that a 429 or 503 stopped (answers that come before the forge does anything)
+records every create it sent that landed, then marks the record `open_clean`: the next
+attempt skips the listing, clearing the mark before its first create, so a kill during it
+leaves a record that adopts again.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 
 from . import crashpoints
 from .config import Settings
+from .errors import ForgeError, ForgeRetryable
 from .forge import ForgeIssue, GiteaClient, UsesForge
 from .markers import find_marked, issue_body, opened
 from .models import BatchRecord, BatchStatus, TaskRecord, TaskStatus
@@ -23,6 +30,7 @@ from .store import Store
 log = logging.getLogger("dropbox_eval")
 FLUSH_SECONDS = 5.0
 LABEL_COLOR = "5319e7"
+NOT_DONE = frozenset({429, 503})
 
 
 class IssueOpener(UsesForge):
@@ -55,13 +63,19 @@ class IssueOpener(UsesForge):
             if not _wants_issues(batch):
                 return 0
             fresh = not batch.open_started
+            adopt = not (fresh or batch.open_clean)
             if fresh:  # no attempt began: nothing to adopt, the given tasks are current
                 batch = self.store.update_batch(batch_id, open_started=True)
-            else:
+            else:  # cleared before any create: a kill from here on leaves one to adopt
                 tasks = None
-            return self._open_leased(batch, tasks or self.store.get_tasks(batch_id), fresh)
+                if batch.open_clean:
+                    batch = self.store.update_batch(batch_id, open_clean=False)
+            tasks = tasks or self.store.get_tasks(batch_id)
+            return self._open_leased(batch, tasks, fresh, adopt)
 
-    def _open_leased(self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool) -> int:
+    def _open_leased(
+        self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool, adopt: bool
+    ) -> int:
         pending = [t for t in tasks if t.issue_number is None and t.status == TaskStatus.PENDING]
         created: dict[str, int] = {}
         if pending:  # reaching the end below means every pending task now has its issue
@@ -70,7 +84,7 @@ class IssueOpener(UsesForge):
             label_id = gitea.prepare_repo(
                 batch.repo, self.settings.task_label, LABEL_COLOR, new=new_repo
             )
-            if not fresh:  # an earlier attempt may have created some before it stopped
+            if adopt:  # an earlier attempt may have created some before it stopped
                 found = find_marked(gitea, batch, pending, self.settings.task_label)
                 self.store.update_tasks(
                     batch.batch_id, {k: opened(i.number, i.html_url) for k, i in found.items()}
@@ -122,16 +136,43 @@ class IssueOpener(UsesForge):
                     if time.monotonic() - last_flush >= FLUSH_SECONDS:
                         self.store.update_tasks(batch.batch_id, unsaved)
                         unsaved, last_flush = {}, time.monotonic()
-            finally:  # creates already sent still land: record them, not adopt them later
-                for future in in_flight:
-                    future.cancel()
-                for future in wait(in_flight).done:
-                    if not future.cancelled() and future.exception() is None:
-                        issue = future.result()
-                        created[in_flight[future]] = issue.number
-                        unsaved[in_flight[future]] = opened(issue.number, issue.html_url)
+            except BaseException as error:  # creates already sent still land: record them
+                landed_clean = self._record_landed(batch, in_flight, unsaved)
+                if landed_clean and isinstance(error, ForgeError) and _not_done(error):
+                    self.store.update_batch(batch.batch_id, open_clean=True)
+                raise
+            finally:
                 self.store.update_tasks(batch.batch_id, unsaved)
         return created
+
+    def _record_landed(
+        self,
+        batch: BatchRecord,
+        in_flight: dict[Future[ForgeIssue], str],
+        unsaved: dict[str, dict[str, Any]],
+    ) -> bool:
+        """Wait for the creates still out (those not started are cancelled) and record the
+        ones that landed; True when every other one is known not to have been done."""
+        for future in in_flight:
+            future.cancel()
+        clean = True
+        for future in wait(in_flight).done:
+            if future.cancelled():
+                continue
+            error = future.exception()
+            if error is None:
+                issue = future.result()
+                unsaved[in_flight[future]] = opened(issue.number, issue.html_url)
+            elif not (isinstance(error, ForgeError) and _not_done(error)):
+                clean = False
+        self.store.update_tasks(batch.batch_id, unsaved)
+        unsaved.clear()
+        return clean
+
+
+def _not_done(error: ForgeError) -> bool:
+    """An answer that comes before the forge acts (rate limit, unavailable): nothing made."""
+    return isinstance(error, ForgeRetryable) and error.status in NOT_DONE
 
 
 def _wants_issues(batch: BatchRecord) -> bool:

@@ -271,6 +271,7 @@ class BatchRecord(BaseModel):
     last_polled_at: datetime | None = None
     intake_done: bool = False
     open_started: bool = False  # an attempt to create its issues began (adopt, then create)
+    open_clean: bool = False  # every issue created so far is recorded: nothing to adopt
     filed: bool = False  # the dropped file sits beside its receipt
     settling_tasks: int = 0  # closed issues whose result is not final yet
     cancel_requested: bool = False

@@ -175,9 +175,9 @@ def test_a_settling_result_becomes_final_when_its_window_ends_not_at_the_next_po
     assert read_json(report)["results"][0]["status"] == "passed"
 
 
-def test_an_opening_stopped_by_a_503_comes_back_at_its_retry_instant_not_the_next_poll(
-    tmp_path: Path, forge: SandboxForge
-) -> None:
+def opened_after_a_fault(forge: SandboxForge, tmp_path: Path, status: int) -> tuple[App, str]:
+    """A 3-task drop whose first create answers `status`, with polls an hour apart: the
+    app and batch once its issues exist, asserting that no poll cycle brought them."""
     app = build_app(
         settings_on(forge, tmp_path, quiet_period=0.1, poll_interval=3600.0, retry_base=0.5)
     )
@@ -185,14 +185,35 @@ def test_an_opening_stopped_by_a_503_comes_back_at_its_retry_instant_not_the_nex
     with serving(app) as service:
         assert wait_for(lambda: service.cycles >= 1, 60)  # the start's cycle is behind us
         cycles = service.cycles
-        forge.fail_next(1, 503, path_contains="/issues", method="POST")
+        forge.fail_next(1, status, path_contains="/issues", method="POST")
         receipt_path = drop(app, "acme", "b.json", {"tasks": tasks(3)})
         assert wait_for(receipt_path.exists, 60)
         batch_id = str(read_json(receipt_path)["batch_id"])
         assert wait_for(lambda: app.store.get_batch(batch_id).attempts == 1, 60)
         assert wait_for(lambda: app.store.get_batch(batch_id).intake_done, 60)
         assert service.cycles == cycles  # no poll cycle came: the stored retry instant did
-    issues = app.store.get_tasks(batch_id)
-    assert all(t.issue_number for t in issues)
     repo = app.store.get_batch(batch_id).repo.split("/")[1]
+    assert all(t.issue_number for t in app.store.get_tasks(batch_id))
     assert len(forge.issues(forge.user, repo)) == 3  # the failed create made nothing twice
+    return app, batch_id
+
+
+def listed(forge: SandboxForge, app: App, batch_id: str) -> bool:
+    """Whether the batch's repo was listed (an adoption pages through it)."""
+    repo = app.store.get_batch(batch_id).repo
+    return any(r.method == "GET" and r.path.endswith(f"{repo}/issues") for r in forge.requests)
+
+
+def test_an_opening_stopped_by_a_503_comes_back_at_its_retry_instant_not_the_next_poll(
+    tmp_path: Path, forge: SandboxForge
+) -> None:
+    app, batch_id = opened_after_a_fault(forge, tmp_path, 503)
+    assert not listed(forge, app, batch_id)  # a 503 made nothing: no adoption
+    assert not app.store.get_batch(batch_id).open_clean  # cleared before the next create
+
+
+def test_an_opening_stopped_by_a_502_adopts_what_may_have_been_made(
+    tmp_path: Path, forge: SandboxForge
+) -> None:
+    app, batch_id = opened_after_a_fault(forge, tmp_path, 502)
+    assert listed(forge, app, batch_id)  # a 502 may hide a create: it adopts
