@@ -8,6 +8,7 @@ CI=true, where that is a failure (`.ci/run` installs the package).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -151,6 +152,8 @@ def test_the_environment_file_lists_every_setting_and_only_settings(
         default = Settings.model_fields[field].default
         parsed = getattr(load_settings(**{field: value}), field)
         assert default is None or parsed == default, (variable, value, default)
+    for variable, value in active.items():  # read alike by systemd and by `sh` (`set -a; .`)
+        assert re.fullmatch(r"[^\s'\"$`\\]+", value), (variable, value)
     # the uncommented lines, once the token file exists, are a complete configuration
     for key in [k for k in os.environ if k.startswith(ENV_PREFIX)]:
         monkeypatch.delenv(key)
