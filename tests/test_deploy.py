@@ -7,15 +7,18 @@ CI=true, where that is a failure (`.ci/run` installs the package).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 import pytest
+from conftest import PATIENCE, tasks, wait_for
 
 from dropbox_eval.cli import main
 from dropbox_eval.cli.service import run
@@ -189,3 +192,96 @@ def test_sysusers_and_tmpfiles_create_the_user_and_the_home(tmp_path: Path) -> N
     assert oct(home.st_mode & 0o777) == "0o750"
     if os.geteuid() == 0:  # only root can give it to the user
         assert (home.st_uid, home.st_gid) == (int(user[2]), int(user[3]))
+
+
+def _syscall_group(name: str) -> frozenset[str]:
+    """The system calls of a systemd filter group (`@system-service`), nested ones expanded."""
+    listed = subprocess.run(
+        ["systemd-analyze", "syscall-filter", name], capture_output=True, text=True, timeout=120
+    )
+    assert listed.returncode == 0, listed.stderr
+    calls: set[str] = set()
+    for line in listed.stdout.splitlines()[1:]:
+        word = line.strip()
+        if word and not word.startswith("#"):
+            calls |= _syscall_group(word) if word.startswith("@") else {word}
+    return frozenset(calls)
+
+
+def _unit_filter(name: str) -> frozenset[str]:
+    """What the unit's `SystemCallFilter=` lines allow: the first an allow list, each `~`
+    line taking its groups out of it."""
+    allowed: set[str] = set()
+    for value in unit_keys((DEPLOY / name).read_text(encoding="utf-8"))["SystemCallFilter"]:
+        groups = {call for group in value.lstrip("~").split() for call in _syscall_group(group)}
+        allowed = allowed - groups if value.startswith("~") else allowed | groups
+    return frozenset(allowed)
+
+
+def _traced(command: list[str], summary: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`command` under `strace -f -c` (a count of every system call, to `summary`)."""
+    return subprocess.Popen(
+        ["strace", "-f", "-c", "-o", str(summary), *command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _stop_traced(tracer: subprocess.Popen[str], summary: Path) -> set[str]:
+    """SIGTERM the traced program (strace's child), wait, and read the calls it made."""
+    (child,) = Path(f"/proc/{tracer.pid}/task/{tracer.pid}/children").read_text().split()
+    os.kill(int(child), signal.SIGTERM)
+    tracer.communicate(timeout=PATIENCE)
+    rows = [line.split() for line in summary.read_text(encoding="utf-8").splitlines()]
+    return {row[-1] for row in rows if len(row) >= 5 and row[-1].isidentifier()} - {
+        "syscall",  # the header
+        "total",
+    }
+
+
+def test_the_system_call_filter_lets_the_service_and_the_endpoint_work(tmp_path: Path) -> None:
+    """Under `SystemCallFilter=` a call outside the list kills the process (SIGSYS): every
+    call `run` (a batch from drop to report) and `sftp` (a login and an upload) make is
+    in the units' lists."""
+    if shutil.which("strace") is None or shutil.which("systemd-analyze") is None:
+        missing = "strace and systemd-analyze are needed (Debian: apt-get install strace systemd)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must check the units' system call filter: {missing}")
+        pytest.skip(missing)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
+    env.update(SAAS_EVAL_HOME=str(tmp_path), SAAS_EVAL_QUIET_PERIOD="0.2")
+    env.update(SAAS_EVAL_POLL_INTERVAL="0.3", SAAS_EVAL_SETTLE_SECONDS="0")
+    cli = [sys.executable, "-m", "dropbox_eval"]
+    key = tmp_path / "key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    for command in (["clients", "add", "acme", "--credits", "5"], ["clients", "add-key"]):
+        extra = ["acme", str(key.with_suffix(".pub"))] if command[-1] == "add-key" else []
+        done = subprocess.run([*cli, *command, *extra], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+    service = _traced([*cli, "run", "--sandbox", "--lane-delay", "0.3"], tmp_path / "run", env)
+    endpoint = _traced([*cli, "sftp", "--host", "127.0.0.1", "--port", "0"], tmp_path / "sftp", env)
+    try:
+        assert endpoint.stdout is not None
+        port = endpoint.stdout.readline().rsplit(":", 1)[1].strip()
+        (tmp_path / "batch.json").write_text(json.dumps({"tasks": tasks(1)}), encoding="utf-8")
+        uploaded = subprocess.run(
+            ["sftp", "-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
+            + ["-o", f"UserKnownHostsFile={tmp_path / 'known'}", "-i", str(key), "-P", port]
+            + ["-b", "-", "acme@127.0.0.1"],
+            input=f"put {tmp_path / 'batch.json'} batch.json\nls\n",
+            capture_output=True,
+            text=True,
+            timeout=PATIENCE,
+        )
+        assert uploaded.returncode == 0, uploaded.stderr
+        assert wait_for(lambda: any((tmp_path / "outbox").glob("*.json")))
+    finally:
+        used = {"run": _stop_traced(service, tmp_path / "run")}
+        used["sftp"] = _stop_traced(endpoint, tmp_path / "sftp")
+    assert service.returncode == 0 and endpoint.returncode == 0
+    for unit, name in (("run", UNITS[0]), ("sftp", UNITS[1])):
+        assert "openat" in used[unit] and "inotify_add_watch" in used["run"]
+        assert used[unit] - _unit_filter(name) == set(), unit
