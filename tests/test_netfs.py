@@ -23,7 +23,13 @@ from pathlib import Path
 import pytest
 from conftest import PATIENCE, tasks, wait_for
 
-from dropbox_eval.inbox.mounts import Mount, mount_of, parse_mountinfo, remote_mount
+from dropbox_eval.inbox.mounts import (
+    Mount,
+    choose_polling,
+    mount_of,
+    parse_mountinfo,
+    remote_mount,
+)
 
 # this machine's mountinfo, as read when the test was written (a local root filesystem)
 LOCAL = """\
@@ -89,6 +95,30 @@ def test_malformed_lines_are_skipped() -> None:
     assert len(parse_mountinfo(LOCAL)) == 6
 
 
+def test_polling_is_chosen_and_explained(tmp_path: Path) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(SHARES, encoding="utf-8")
+    share = Path("/srv/eval/inbox")
+    polls, why = choose_polling(None, share, mountinfo)
+    assert (
+        polls
+        and why is not None
+        and why.startswith(
+            "inbox /srv/eval/inbox is on NFS (nfs4 files.example.com:/export/eval mounted at "
+            "/srv/eval): polling it"
+        )
+    )
+    polls, why = choose_polling(False, share, mountinfo)
+    assert not polls and why is not None and "but polling is off" in why
+    assert choose_polling(True, share, mountinfo) == (True, None)
+    assert choose_polling(None, Path("/var/inbox"), mountinfo) == (False, None)  # local
+    assert choose_polling(True, Path("/var/inbox"), mountinfo) == (True, None)
+    assert choose_polling(None, share, tmp_path / "absent") == (False, None)  # not Linux
+    link = tmp_path / "link"  # symlinks are resolved before the lookup
+    link.symlink_to(share)
+    assert choose_polling(None, link / "x", mountinfo)[0]
+
+
 @pytest.fixture
 def fuse_home(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(home, behind): a service home whose inbox is a real FUSE mount (bindfs) of
@@ -115,12 +145,18 @@ def fuse_home(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         subprocess.run(["fusermount", "-u", str(home / "inbox")], check=False, timeout=60)
 
 
-def _service(home: Path, *flags: str) -> subprocess.Popen[str]:
+def _service(home: Path, how: str = "") -> subprocess.Popen[str]:
+    """`run --sandbox` on `home`, with `how`: a flag, or a VARIABLE=value."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
     env.update(SAAS_EVAL_QUIET_PERIOD="0.2", SAAS_EVAL_RESCAN_INTERVAL="3600")
     command = [sys.executable, "-m", "dropbox_eval", "--home", str(home), "run", "--sandbox"]
+    name, _, value = how.partition("=")
+    if value:
+        env[name] = value
+    elif how:
+        command.append(how)
     return subprocess.Popen(
-        [*command, *flags], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        command, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
 
 
@@ -153,10 +189,13 @@ def test_an_inbox_on_fuse_is_polled_by_itself(fuse_home: tuple[Path, Path]) -> N
     assert (behind / "acme" / "rejected" / "second.json").exists()  # unknown client
 
 
-def test_no_polling_overrides_it_and_says_what_is_missed(fuse_home: tuple[Path, Path]) -> None:
+@pytest.mark.parametrize("how", ["--no-polling", "SAAS_EVAL_POLLING=false"])
+def test_no_polling_overrides_it_and_says_what_is_missed(
+    fuse_home: tuple[Path, Path], how: str
+) -> None:
     home, behind = fuse_home
     first = _drop_behind(behind / "acme", "first.json")
-    service = _service(home, "--no-polling")
+    service = _service(home, how)
     try:
         assert wait_for(lambda: not first.exists()), "the start-up scan never took it"
         missed = _drop_behind(behind / "acme", "missed.json")

@@ -90,11 +90,13 @@ def inbox_mount(inbox: Path, mountinfo: Path = MOUNTINFO) -> Mount | None:
     return remote_mount(os.path.realpath(inbox), text)
 
 
-def choose_polling(choice: bool | None, inbox: Path) -> tuple[bool, str | None]:
+def choose_polling(
+    choice: bool | None, inbox: Path, mountinfo: Path = MOUNTINFO
+) -> tuple[bool, str | None]:
     """Poll the inbox or use inotify, and the line to log about it (None: nothing to say).
 
     `choice` is `--polling` (True), `--no-polling` (False) or neither (None: detect)."""
-    mount = inbox_mount(inbox)
+    mount = inbox_mount(inbox, mountinfo)
     if mount is None:
         return bool(choice), None
     where = (
