@@ -20,7 +20,8 @@ exact. Two things make the watcher itself robust:
   deleted and recreated, a share was remounted over it, the emitter thread died) and
   rebuilds it, then offers every file present so nothing waits for the next rescan.
 
-`polling=True` (for NFS/SMB shares) uses watchdog's polling observer with `lstat` and a
+`polling=True` (for network and FUSE shares, which the service detects with mounts.py) uses
+watchdog's polling observer with `lstat` and a
 listing that skips hidden entries, `accepted/`, `rejected/` and anything deeper than a client
 folder: a symlink loop or a large history cannot make each poll walk without end.
 """
