@@ -18,7 +18,6 @@ from .app import App
 from .errors import EXIT_FAILED, EXIT_OK, DropboxEvalError, ForgeError
 from .fileio import write_json
 from .forge import require_client
-from .inbox.mounts import choose_polling
 from .models import utcnow
 from .names import is_reserved_client_id, rename_advice
 from .servicestate import already_running
@@ -35,7 +34,7 @@ class Service:
     def __init__(self, app: App, *, polling: bool | None = None) -> None:
         """`polling`: True polls the inbox, False uses inotify, None takes
         `SAAS_EVAL_POLLING`, and when that is unset too polls only an inbox on a network or
-        FUSE filesystem (inbox/mounts.py)."""
+        FUSE filesystem (inbox/mounts.py, InboxWorker)."""
         self.app = app
         self.settings = app.settings
         self.stop_event = threading.Event()
@@ -44,8 +43,7 @@ class Service:
         self._status_lock = threading.Lock()
         self.forge_failures = 0  # forge errors reported so far (`run --once` exits 1 on any)
         choice = self.settings.polling if polling is None else polling
-        polls, self._polling_note = choose_polling(choice, self.settings.inbox_path)
-        self.inbox = InboxWorker(app, self.stop_event, self._report, polling=polls)
+        self.inbox = InboxWorker(app, self.stop_event, self._report, polling=choice)
         self.opener = OpenWorker(app, self._report)
         self.forge = ForgeWorker(
             app, self.stop_event, self._report, self.opener, on_full=self.check_state
@@ -92,9 +90,7 @@ class Service:
                 self.settings.inbox_path,
                 self.settings.outbox_path,
             )
-            if self._polling_note:  # a warning when inotify watches a network share
-                level = logging.INFO if self.inbox.polling else logging.WARNING
-                log.log(level, "%s", self._polling_note)
+            self.inbox.log_polling()
             self._warn_reserved_clients()
             if self.settings.forge_webhook_url and self.settings.forge_webhook_secret:
                 threading.Thread(

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,8 +122,9 @@ def test_polling_is_chosen_and_explained(tmp_path: Path) -> None:
 
 @pytest.fixture
 def fuse_home(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """(home, behind): a service home whose inbox is a real FUSE mount (bindfs) of
-    `behind`; a file written to `behind` appears in the inbox with no inotify event."""
+    """(home, behind): a service home whose inbox `_mount` makes a real FUSE mount
+    (bindfs) of `behind`; a file written to `behind` appears in the inbox with no inotify
+    event. Unmounted at the end."""
     if not os.path.exists("/dev/fuse"):  # a container started without the device
         pytest.skip("no /dev/fuse here: the mountinfo samples above test the detection")
     bindfs = shutil.which("bindfs")
@@ -134,15 +136,17 @@ def fuse_home(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     home, behind = tmp_path / "home", tmp_path / "share"
     (home / "inbox").mkdir(parents=True)
     (behind / "acme").mkdir(parents=True)
-    mounted = subprocess.run(
-        [bindfs, str(behind), str(home / "inbox")], capture_output=True, text=True, timeout=60
-    )
-    if mounted.returncode != 0:
-        pytest.fail(f"bindfs could not mount: {mounted.stderr}")
     try:
         yield home, behind
     finally:
         subprocess.run(["fusermount", "-u", str(home / "inbox")], check=False, timeout=60)
+
+
+def _mount(behind: Path, inbox: Path) -> None:
+    bindfs = shutil.which("bindfs")
+    assert bindfs is not None
+    mounted = subprocess.run([bindfs, str(behind), str(inbox)], capture_output=True, text=True)
+    assert mounted.returncode == 0, f"bindfs could not mount: {mounted.stderr}"
 
 
 def _service(home: Path, how: str = "") -> subprocess.Popen[str]:
@@ -175,6 +179,7 @@ def _stop(service: subprocess.Popen[str]) -> str:
 
 def test_an_inbox_on_fuse_is_polled_by_itself(fuse_home: tuple[Path, Path]) -> None:
     home, behind = fuse_home
+    _mount(behind, home / "inbox")
     first = _drop_behind(behind / "acme", "first.json")  # found by the scan at start
     service = _service(home)
     try:
@@ -184,7 +189,7 @@ def test_an_inbox_on_fuse_is_polled_by_itself(fuse_home: tuple[Path, Path]) -> N
     finally:
         stderr = _stop(service)
     assert service.returncode == 0, stderr
-    assert f"inbox {home / 'inbox'} is on FUSE (fuse {behind}" in stderr
+    assert f"inbox {home.resolve() / 'inbox'} is on FUSE (fuse {behind}" in stderr
     assert "polling it, since inotify sees no writes made by other hosts" in stderr
     assert (behind / "acme" / "rejected" / "second.json").exists()  # unknown client
 
@@ -194,6 +199,7 @@ def test_no_polling_overrides_it_and_says_what_is_missed(
     fuse_home: tuple[Path, Path], how: str
 ) -> None:
     home, behind = fuse_home
+    _mount(behind, home / "inbox")
     first = _drop_behind(behind / "acme", "first.json")
     service = _service(home, how)
     try:
@@ -207,3 +213,30 @@ def test_no_polling_overrides_it_and_says_what_is_missed(
     assert service.returncode == 0, stderr
     assert "but polling is off (--no-polling or SAAS_EVAL_POLLING=false)" in stderr
     assert "polling it" not in stderr
+
+
+def test_a_share_mounted_over_the_inbox_while_running_is_polled(
+    fuse_home: tuple[Path, Path],
+) -> None:
+    """The watcher rebuilds its observer when the inbox folder is replaced; it decides
+    again then, so a share mounted after the start is polled too."""
+    home, behind = fuse_home
+    service = _service(home)
+    lines: list[str] = []
+    assert service.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(service.stderr or []), daemon=True)
+    reader.start()
+    try:
+        assert wait_for(lambda: any("service started" in line for line in lines))
+        assert not any("polling it" in line for line in lines)  # a local folder: inotify
+        _mount(behind, home / "inbox")
+        assert wait_for(lambda: any("is on FUSE" in line for line in lines)), lines
+        dropped = _drop_behind(behind / "acme", "late.json")
+        assert wait_for(lambda: not dropped.exists()), "polling never found it"
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(timeout=PATIENCE)
+        reader.join(timeout=PATIENCE)
+    assert service.returncode == 0, lines
+    assert any("stopped delivering events" in line for line in lines)  # the rebuild
+    assert any("polling it, since inotify sees no writes" in line for line in lines)
