@@ -89,6 +89,19 @@ def test_the_dashboard_has_the_panels_the_issue_asks_for() -> None:
     for wanted in ("intake", "Forge calls and errors", "Scheduler", "Results", "Deliveries"):
         assert any(wanted.lower() in row.lower() for row in rows), (wanted, rows)
     assert "Credits" in rows
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()  # no two panels overlap on Grafana's 24-wide grid
+    for panel in board["panels"]:
+        box = panel["gridPos"]
+        assert box["x"] + box["w"] <= 24, panel["title"]
+        taken = {
+            (x, y)
+            for x in range(box["x"], box["x"] + box["w"])
+            for y in range(box["y"], box["y"] + box["h"])
+        }
+        assert not taken & cells, panel["title"]
+        cells |= taken
     for where, expr in dashboard_queries():
         assert metric_names(expr), f"{where} names no metric: {expr}"
 
