@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     settle_seconds: float = Field(default=10.0, ge=0)
     lane_login: str = "lane-bot"
     lane_marker: str = "<!-- controller:fingerprint:"
-    polling: bool = False
+    polling: bool | None = None  # None: poll only an inbox on a network or FUSE mount
     quiet_period: float = Field(default=1.0, ge=0)
     rescan_interval: float = Field(default=30.0, gt=0)
     max_file_bytes: int = Field(default=20 * 1024 * 1024, gt=0)

@@ -32,7 +32,10 @@ ONCE_TIMEOUT_SECONDS = 60.0
 class Service:
     """Runs the inbox, forge and delivery workers on their own threads."""
 
-    def __init__(self, app: App, *, polling: bool = False) -> None:
+    def __init__(self, app: App, *, polling: bool | None = None) -> None:
+        """`polling`: True polls the inbox, False uses inotify, None takes
+        `SAAS_EVAL_POLLING`, and when that is unset too polls only an inbox on a network or
+        FUSE filesystem (inbox/mounts.py, InboxWorker)."""
         self.app = app
         self.settings = app.settings
         self.stop_event = threading.Event()
@@ -40,7 +43,8 @@ class Service:
         self.status: dict[str, Any] = {}
         self._status_lock = threading.Lock()
         self.forge_failures = 0  # forge errors reported so far (`run --once` exits 1 on any)
-        self.inbox = InboxWorker(app, self.stop_event, self._report, polling=polling)
+        choice = self.settings.polling if polling is None else polling
+        self.inbox = InboxWorker(app, self.stop_event, self._report, polling=choice)
         self.opener = OpenWorker(app, self._report)
         self.forge = ForgeWorker(
             app, self.stop_event, self._report, self.opener, on_full=self.check_state
@@ -97,6 +101,7 @@ class Service:
                 self.settings.inbox_path,
                 self.settings.outbox_path,
             )
+            self.inbox.log_polling()
             self._warn_reserved_clients()
             if self.settings.forge_webhook_url and self.settings.forge_webhook_secret:
                 threading.Thread(

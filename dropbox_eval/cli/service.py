@@ -52,7 +52,12 @@ def sandbox_options(lane: str | None) -> SandboxOptions:
     help="With --sandbox: seconds before the simulated lane closes an issue.",
 )
 @lane_option(None, "With --sandbox: the lane's protocol (default: SANDBOX_LANE_MODE).")
-@click.option("--polling", is_flag=True, help="Poll the inbox (for NFS/SMB shares).")
+@click.option(
+    "--polling/--no-polling",
+    default=None,
+    help="Poll the inbox, or use inotify (default: poll only an inbox on NFS, SMB/CIFS, 9p, "
+    "virtiofs or FUSE; SAAS_EVAL_POLLING).",
+)
 @click.option(
     "--http-port",
     type=click.IntRange(0, 65535),
@@ -76,7 +81,7 @@ def run(
     sandbox: bool,
     lane_delay: float,
     lane: str | None,
-    polling: bool,
+    polling: bool | None,
     http_port: int | None,
     http_host: str,
 ) -> None:
@@ -88,7 +93,7 @@ def run(
     with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay, lane) as extra:
         settings = obj.settings(**extra)
         settings.require_forge()
-        service = Service(build_app(settings), polling=polling or settings.polling)
+        service = Service(build_app(settings), polling=polling)
         with _http(service, http_host, http_port):
             code = service.run(once=once)
     sys.exit(code)

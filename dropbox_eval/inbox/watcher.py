@@ -20,7 +20,8 @@ exact. Two things make the watcher itself robust:
   deleted and recreated, a share was remounted over it, the emitter thread died) and
   rebuilds it, then offers every file present so nothing waits for the next rescan.
 
-`polling=True` (for NFS/SMB shares) uses watchdog's polling observer with `lstat` and a
+`polling=True` (for network and FUSE shares, which the service detects with mounts.py) uses
+watchdog's polling observer with `lstat` and a
 listing that skips hidden entries, `accepted/`, `rejected/` and anything deeper than a client
 folder: a symlink loop or a large history cannot make each poll walk without end.
 """
@@ -112,17 +113,20 @@ class InboxWatcher:
         *,
         on_renamed: Callable[[Path], None] | None = None,
         polling: bool = False,
+        decide: Callable[[], bool] | None = None,
         poll_seconds: float = 1.0,
         supervise_seconds: float = SUPERVISE_SECONDS,
     ) -> None:
         """`on_path` gets every path an event names (a wake-up); `on_renamed`, if given, gets
         the destination of a rename into place instead (inotify only, see the module
-        docstring)."""
+        docstring). `decide`, if given, says again whether to poll when the observer is
+        rebuilt for a replaced inbox folder (a share mounted over it)."""
         self.root = root
         self.on_path = on_path
         self.on_renamed = on_renamed
         self.wake = wake
         self.polling = polling
+        self.decide = decide
         self.poll_seconds = poll_seconds
         self.supervise_seconds = supervise_seconds
         self.restarts = 0
@@ -195,6 +199,8 @@ class InboxWatcher:
             )
             _stop(self.observer)
             self._identity = identity
+            if self.decide is not None:
+                self.polling = self.decide()
             self.observer = self._build()
             self.observer.start()
             self.restarts += 1

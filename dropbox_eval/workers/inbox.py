@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -10,19 +11,27 @@ from typing import Any
 
 from ..app import App
 from ..inbox import ReadinessTracker, is_candidate_name
+from ..inbox.mounts import choose_polling
 from ..inbox.watcher import InboxWatcher
 from ..keyedpool import KeyedPool
 from .guard import FAST_TICK_SECONDS, POOL_SIZE, TICK_SECONDS, Report, guarded
+
+log = logging.getLogger("dropbox_eval")
 
 
 class InboxWorker:
     """Watches the inbox; a file is taken once at a time (a re-upload meanwhile waits)."""
 
-    def __init__(self, app: App, stop: threading.Event, report: Report, *, polling: bool) -> None:
+    def __init__(
+        self, app: App, stop: threading.Event, report: Report, *, polling: bool | None
+    ) -> None:
+        """`polling`: True or False as asked, None to poll only an inbox on a network or
+        FUSE filesystem (decided now, and again whenever the inbox folder is replaced)."""
         self.app = app
         self.stop = stop
         self.report = report
-        self.polling = polling
+        self.choice = polling
+        self.polling, self.polling_note = choose_polling(polling, app.inbox.root)
         self.wake = threading.Event()
         self.tracker = ReadinessTracker(app.settings.quiet_period)
         self.pool = KeyedPool(POOL_SIZE, "inbox")
@@ -35,6 +44,7 @@ class InboxWorker:
             self.wake,
             on_renamed=lambda path: self.offer(path, renamed=True),
             polling=self.polling,
+            decide=self.decide_polling,
         )
         watcher.start()
         try:
@@ -50,6 +60,23 @@ class InboxWorker:
         finally:
             watcher.stop()
             self.pool.shutdown(wait=True)
+
+    def log_polling(self) -> None:
+        """Say why the inbox is polled, or that a share is not (nothing on a local disk)."""
+        if self.polling_note:
+            log.log(logging.INFO if self.polling else logging.WARNING, "%s", self.polling_note)
+
+    def decide_polling(self) -> bool:
+        """Poll or not, again: the watcher asks when the inbox folder was replaced (a share
+        mounted over it, or unmounted); a change is logged."""
+        before = (self.polling, self.polling_note)
+        self.polling, self.polling_note = choose_polling(self.choice, self.app.inbox.root)
+        if (self.polling, self.polling_note) != before:
+            self.log_polling()
+            if self.polling_note is None:
+                how = "polling (as asked)" if self.polling else "inotify"
+                log.info("inbox %s is on a local filesystem now: %s", self.app.inbox.root, how)
+        return self.polling
 
     def offer(self, path: Path, *, renamed: bool = False) -> None:
         """Called from the observer thread for every event path: keep candidates only.
