@@ -8,7 +8,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ class StoreBase:
         self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
         self.archive_rows = Archive(self.archive_dir)
         self._lock = SharedLock(state_dir / "store.lock")
+        self._depth = 0  # holds of the lock by its holder (re-entrant)
+        self._holder: int | None = None  # the thread holding it
+        self._held_index: dict[str, dict[str, Any]] | None = None  # parsed in this hold
         self.record_locks_dir = state_dir / "record-locks"
         self._record_locks = [
             SharedLock(self.record_locks_dir / f"{n:02d}.lock") for n in range(RECORD_STRIPES)
@@ -106,9 +109,38 @@ class StoreBase:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the inter-process lock (re-entrant within a thread)."""
+        """Hold the inter-process lock (re-entrant within a thread). While it is held,
+        nobody else can change the index, so it is parsed once per hold (an intake's
+        duplicate check, funds check and commit read it once); an error forgets it."""
         with self._lock:
-            yield
+            if self._depth == 0:
+                self._holder = threading.get_ident()
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._held_index = None  # it may have been changed half-way
+                raise
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._holder, self._held_index = None, None
+
+    def _index_read(
+        self, read: Callable[[], dict[str, dict[str, Any]] | None]
+    ) -> dict[str, dict[str, Any]] | None:
+        """The index as parsed in this hold of the lock, else from the file."""
+        mine = self._holder == threading.get_ident()
+        if mine and self._held_index is not None:
+            return self._held_index
+        data = read()
+        if mine:
+            self._held_index = data
+        return data
+
+    def _index_written(self, data: dict[str, dict[str, Any]]) -> None:
+        if self._holder == threading.get_ident():
+            self._held_index = data
 
     @contextlib.contextmanager
     def record_locked(self, batch_id: str) -> Iterator[None]:
@@ -127,8 +159,13 @@ class StoreBase:
         finally:
             db.close()
 
-    def _index(self) -> contextlib.AbstractContextManager[TinyDB]:
-        return self._open(self.state_dir / "index.json")
+    @contextlib.contextmanager
+    def _index(self) -> Iterator[TinyDB]:
+        db = TinyDB(str(self.state_dir / "index.json"), storage=_IndexStorage, store=self)
+        try:
+            yield db
+        finally:
+            db.close()
 
     @contextlib.contextmanager
     def _index_change(self) -> Iterator[dict[str, dict[str, Any]]]:
@@ -137,7 +174,7 @@ class StoreBase:
         Changes that belong together (a batch row, its ledger entry and the new balance)
         then land together or not at all, whatever instant the process dies.
         """
-        storage = AtomicJSONStorage(str(self.state_dir / "index.json"))
+        storage = _IndexStorage(str(self.state_dir / "index.json"), self)
         with self.locked():
             data = storage.read() or {}
             for table in ("clients", "ledger", "batches", "counts"):
@@ -220,3 +257,18 @@ def _encode(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+class _IndexStorage(AtomicJSONStorage):
+    """The index file, parsed once per hold of the store lock (`StoreBase.locked`)."""
+
+    def __init__(self, path: str, store: StoreBase) -> None:
+        super().__init__(path)
+        self._store = store
+
+    def read(self) -> dict[str, dict[str, Any]] | None:
+        return self._store._index_read(super().read)
+
+    def write(self, data: dict[str, dict[str, Any]]) -> None:
+        super().write(data)
+        self._store._index_written(data)
