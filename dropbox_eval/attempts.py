@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from tenacity import RetryCallState, wait_random_exponential
 
 from .errors import DeliveryError, ForgeAuthError, ForgeError, ForgePermanent
-from .models import BatchRecord, utcnow
+from .models import BatchRecord, BatchStatus, utcnow
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -93,9 +93,18 @@ class Attempts:
         return None
 
     def succeeded(self, batch: BatchRecord) -> None:
-        """Forget earlier failures once a visit worked (one write, only when needed)."""
+        """Forget earlier failures once a visit worked (one write, only when needed). A
+        batch that has ended keeps them: they say how it ended (a visit that found it ended
+        and did nothing is no success)."""
         if batch.attempts or batch.next_attempt_at is not None:
-            self.store.update_batch(batch.batch_id, attempts=0, next_attempt_at=None)
+            self.store.update_batch(
+                batch.batch_id, when=self._may_forget, attempts=0, next_attempt_at=None
+            )
+
+    def _may_forget(self, batch: BatchRecord) -> bool:
+        """Checked under the record's lock, so a visit that failed meanwhile wins: a batch
+        that ended, or that failed its last allowed visit, keeps its count."""
+        return batch.status == BatchStatus.RUNNING and batch.attempts < self.max_attempts
 
     def delivery_failed(self, batch: BatchRecord, error: DeliveryError, *, manual: bool) -> str:
         """Store a failed delivery; returns what happens next, in words for the log, the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from . import crashpoints
 from .billing import Billing
@@ -41,7 +42,7 @@ class Settler:
                 return current
             finished = sum(1 for t in tasks if t.status.is_lane_verdict)
             charged = finished * current.unit_price
-            fields = {
+            fields: dict[str, Any] = {
                 "status": status,
                 "completed_at": utcnow(),
                 "charged": charged,

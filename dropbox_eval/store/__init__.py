@@ -136,7 +136,12 @@ class Store(ClientStore):
             self.tasks.append(batch_id, encoded)
 
     def update_batch(
-        self, batch_id: str, *, settlement: list[LedgerEntry] | None = None, **fields: Any
+        self,
+        batch_id: str,
+        *,
+        settlement: list[LedgerEntry] | None = None,
+        when: Callable[[BatchRecord], bool] | None = None,
+        **fields: Any,
     ) -> BatchRecord:
         """Change batch fields; returns the new record.
 
@@ -148,13 +153,13 @@ class Store(ClientStore):
         encoded = {k: _encode(v) for k, v in fields.items()}
         if not settlement and not any(key in SUMMARY_FIELDS for key in fields):
             with self.record_locked(batch_id):  # the record alone: no store lock
-                batch = self._rewrite_record(batch_id, encoded)
+                batch = self._rewrite_record(batch_id, encoded, when)
             if batch.emitted_at is not None:  # an archive a crash left unfinished
                 self.archive(batch)
             return batch
         with self.locked():
             with self.record_locked(batch_id):
-                batch = self._rewrite_record(batch_id, encoded)
+                batch = self._rewrite_record(batch_id, encoded, when)
             if batch.emitted_at is not None:
                 self.archive(batch)
             else:
@@ -164,12 +169,20 @@ class Store(ClientStore):
                         settle_once(data, settlement)
         return batch
 
-    def _rewrite_record(self, batch_id: str, encoded: dict[str, Any]) -> BatchRecord:
-        """One read and one write of the record (its one row); the caller holds its lock."""
+    def _rewrite_record(
+        self,
+        batch_id: str,
+        encoded: dict[str, Any],
+        when: Callable[[BatchRecord], bool] | None = None,
+    ) -> BatchRecord:
+        """One read and one write of the record (its one row), none when `when` refuses the
+        record as read; the caller holds its lock."""
         path = self._batch_file(batch_id)
         rows = read_table(path, "batch")
         if not rows:
             raise NotFoundError(f"no batch {batch_id!r}")
+        if when is not None and not when(current := BatchRecord.model_validate(rows[0])):
+            return current
         row = {**rows[0], **encoded}
         write_table(path, "batch", [row])
         return BatchRecord.model_validate(row)
