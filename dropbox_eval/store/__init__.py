@@ -33,7 +33,7 @@ from typing import Any
 from .. import crashpoints
 from ..errors import NotFoundError, StoreError
 from ..fileio import write_atomically
-from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id, utcnow
+from ..models import BatchRecord, BatchStatus, LedgerEntry, TaskRecord, is_valid_id, utcnow
 from . import paging, totals
 from .base import SUMMARY_FIELDS, Row, _dump, _encode, _insert, summary_row
 from .clients import ClientStore, _post, settle_once
@@ -267,11 +267,15 @@ class Store(ClientStore):
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        finished: bool = False,
     ) -> list[Row]:
         """One page of summary rows, newest created first (a running batch among them by
-        its creation time); the cost follows `offset + limit`, not the history."""
+        its creation time, unless `finished`); the cost follows `offset + limit`, not the
+        history."""
 
         def keep(row: Row) -> bool:
+            if finished and row["status"] == BatchStatus.RUNNING:
+                return False
             return client_id in (None, row["client_id"]) and status in (None, row["status"])
 
         archived = self.archive_rows.newest_batches(client_id)
