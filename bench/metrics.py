@@ -27,6 +27,7 @@ from _common import (
     command_line,
     emit,
     make_tasks,
+    paired_median_ms,
     parser,
 )
 
@@ -106,6 +107,7 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
         view("/operator/batches", limit=PAGE),
         view("/operator/batches", client="acme", status="emitted", limit=PAGE),
         view(f"/operator/batches/{running}"),
+        view("/operator/batches", status="failed", limit=PAGE),  # none: the whole archive
         server.stop,
     )
 
@@ -129,8 +131,17 @@ def main() -> None:
         with Stopwatch() as setup:
             large = history(Path(big_home), args.large)
         try:
-            reads = dict(zip(names, zip(small[:-1], large[:-1], strict=True), strict=True))
+            reads = dict(zip(names, zip(small[:-2], large[:-2], strict=True), strict=True))
             add_history_ratios(result, reads, args.small, args.large)
+            few, many = paired_median_ms(small[-2], large[-2])
+            result.add(
+                f"GET /operator/batches?status=failed, none of them (context): "
+                f"{args.large} / {args.small} archived",
+                many / few,
+                "x",
+                note=f"{many:.2f} ms vs {few:.2f} ms: no row matches, so the whole archive "
+                "is read before the page can say so",
+            )
         finally:
             small[-1]()
             large[-1]()

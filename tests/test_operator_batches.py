@@ -216,3 +216,34 @@ def test_the_clients_table_shows_available_credits_as_the_cli_does(
     row = re.search(rf'<tr data-client="{funded}">(.*?)</tr>', page)
     assert row and f'<td class="available">{cli_row["available"]}</td>' in row.group(1)
     assert "<th>available</th>" in page
+
+
+def test_a_filter_few_rows_pass_stops_reading_at_its_oldest_match() -> None:
+    from dropbox_eval.store.paging import newest_page
+
+    archive = [
+        {
+            "batch_id": f"20260101-000000-{n:09d}",
+            "client_id": "acme",
+            "status": "failed" if n in (700, 900) else "emitted",
+            "created_at": f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}+00:00",
+        }
+        for n in range(1000)
+    ]
+    read: list[dict[str, object]] = []
+
+    def newest_first() -> Iterator[dict[str, object]]:
+        for item in reversed(archive):
+            read.append(item)
+            yield item
+
+    def failed(row: dict[str, object]) -> bool:
+        return row["status"] == "failed"
+
+    page = newest_page([], newest_first(), failed, limit=5, matches=2)
+    assert [r["batch_id"] for r in page] == [archive[900]["batch_id"], archive[700]["batch_id"]]
+    assert len(read) == 300  # back to the oldest match, not the 1,000 rows
+    read.clear()
+    assert newest_page([], newest_first(), failed, limit=5, matches=0) == [] and read == []
+    unknown = newest_page([], newest_first(), failed, limit=5)  # no count: the whole archive
+    assert len(unknown) == 2 and len(read) == 1000

@@ -268,10 +268,12 @@ class Store(ClientStore):
         limit: int = 50,
         offset: int = 0,
         finished: bool = False,
+        matches: int | None = None,
     ) -> list[Row]:
         """One page of summary rows, newest created first (a running batch among them by
         its creation time, unless `finished`); the cost follows `offset + limit`, not the
-        history."""
+        history. `matches`: how many rows the filter matches in all (`count_batches`), if
+        known; the read stops once it has seen them (paging.newest_page)."""
 
         def keep(row: Row) -> bool:
             if finished and row["status"] == BatchStatus.RUNNING:
@@ -279,7 +281,9 @@ class Store(ClientStore):
             return client_id in (None, row["client_id"]) and status in (None, row["status"])
 
         archived = self.archive_rows.newest_batches(client_id)
-        return paging.newest_page(self._live_rows(), archived, keep, limit=limit, offset=offset)
+        return paging.newest_page(
+            self._live_rows(), archived, keep, limit=limit, offset=offset, matches=matches
+        )
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status (live and archived), for everyone or one client, from the

@@ -64,17 +64,23 @@ class Views:
         offset: int = 0,
         every: bool = False,
         finished: bool = False,
+        matches: int | None = None,
     ) -> list[dict[str, Any]]:
         """The newest page of batches, newest created first (only ended ones if
-        `finished`); `every`: the whole history, oldest created first. Each row carries its
-        progress."""
+        `finished`; `matches`: how many the filter matches, see `Store.page_batches`);
+        `every`: the whole history, oldest created first. Each row carries its progress."""
         if every:
             rows = self.store.list_batches(
                 lambda r: status in (None, r["status"]) and client_id in (None, r["client_id"])
             )
         else:
             rows = self.store.page_batches(
-                client_id=client_id, status=status, limit=limit, offset=offset, finished=finished
+                client_id=client_id,
+                status=status,
+                limit=limit,
+                offset=offset,
+                finished=finished,
+                matches=matches,
             )
         return [row_view(row, self._progress(row)) for row in rows]
 
@@ -97,15 +103,21 @@ class Views:
         self, *, client_id: str | None = None, status: str | None = None, limit: int, offset: int
     ) -> tuple[list[dict[str, Any]], int]:
         """A page of ended batches, newest first, and how many the filter matches in all
-        (from the index's counts): the cost follows the page, not the history."""
-        rows = self.batches(
-            client_id=client_id, status=status, limit=limit, offset=offset, finished=True
-        )
+        (from the index's counts, which also end the read at the oldest match): the cost
+        follows the page, not the history."""
         counts = self.count(client_id)
         total = (
             counts.get(status, 0)
             if status
             else sum(n for name, n in counts.items() if name != BatchStatus.RUNNING)
+        )
+        rows = self.batches(
+            client_id=client_id,
+            status=status,
+            limit=limit,
+            offset=offset,
+            finished=True,
+            matches=total,
         )
         return rows, total
 
