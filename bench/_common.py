@@ -365,11 +365,12 @@ def add_history_ratios(
     small: int,
     large: int,
     target: float = 1.2,
+    calls: int = 20,
 ) -> None:
     """One figure per read: its median time with `large` archived batches over `small`,
     the calls of both alternating (a burst of load on the shared machine hits both)."""
     for name, (few, many) in reads.items():
-        base, big = paired_median_ms(few, many)
+        base, big = paired_median_ms(few, many, calls)
         result.add(
             f"{name}: {large} / {small} archived",
             big / base,

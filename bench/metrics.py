@@ -4,8 +4,8 @@ with 5 and with 2,000 archived batches, in one run.
 
 Each history is made through the store's own paths, for one client: a batch created with
 its hold, settled (charge and release), emitted and so archived (its running totals added),
-then one batch left running. The figures are the median of 20 scrapes of the real web app
-over loopback HTTP (`create_web`, as `run --http-port` and `serve` mount it), and of 20
+then one batch left running. The figures are the median of 60 scrapes of the real web app
+over loopback HTTP (`create_web`, as `run --http-port` and `serve` mount it), and of 60
 views of each operator page with a signed-in session (the list's page holds PAGE rows, so
 both histories fill it).
 
@@ -45,7 +45,7 @@ from dropbox_eval.models import (
 from dropbox_eval.web.server import create_web
 from dropbox_eval.webserver import BackgroundServer
 
-CALLS = 20  # per read, as in add_history_ratios
+CALLS = 60  # per read and history, alternating (the pages' few ms swing with the load)
 PAGE = 5  # the ended list's page: the same rows in both histories (5 archived fill it)
 KEY = "bench-operator-key"
 
@@ -132,8 +132,8 @@ def main() -> None:
             large = history(Path(big_home), args.large)
         try:
             reads = dict(zip(names, zip(small[:-2], large[:-2], strict=True), strict=True))
-            add_history_ratios(result, reads, args.small, args.large)
-            few, many = paired_median_ms(small[-2], large[-2])
+            add_history_ratios(result, reads, args.small, args.large, calls=CALLS)
+            few, many = paired_median_ms(small[-2], large[-2], CALLS)
             result.add(
                 f"GET /operator/batches?status=failed, none of them (context): "
                 f"{args.large} / {args.small} archived",
