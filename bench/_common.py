@@ -343,16 +343,34 @@ def median_ms(call: Callable[[], object], calls: int = 20) -> float:
     return statistics.median(samples) * 1000
 
 
+def paired_median_ms(
+    first: Callable[[], object], second: Callable[[], object], calls: int = 20
+) -> tuple[float, float]:
+    """Median milliseconds of `calls` calls of each, after one untimed call of each, the
+    calls alternating."""
+    first()
+    second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(calls):
+        for call, kept in zip((first, second), samples, strict=True):
+            start = time.perf_counter()
+            call()
+            kept.append(time.perf_counter() - start)
+    return statistics.median(samples[0]) * 1000, statistics.median(samples[1]) * 1000
+
+
 def add_history_ratios(
     result: BenchResult,
     reads: dict[str, tuple[Callable[[], object], Callable[[], object]]],
     small: int,
     large: int,
     target: float = 1.2,
+    calls: int = 20,
 ) -> None:
-    """One figure per read: its median time with `large` archived batches over `small`."""
+    """One figure per read: its median time with `large` archived batches over `small`,
+    the calls of both alternating (a burst of load on the shared machine hits both)."""
     for name, (few, many) in reads.items():
-        base, big = median_ms(few), median_ms(many)
+        base, big = paired_median_ms(few, many, calls)
         result.add(
             f"{name}: {large} / {small} archived",
             big / base,

@@ -1,11 +1,13 @@
-"""Scrape cost against history: `GET /metrics` (and the operator page) with 5 and with
-2,000 archived batches, in one run.
+"""Scrape cost against history: `GET /metrics` and the operator's pages (the overview, the
+list of ended batches, unfiltered and filtered by client and status, and a batch's page)
+with 5 and with 2,000 archived batches, in one run.
 
 Each history is made through the store's own paths, for one client: a batch created with
 its hold, settled (charge and release), emitted and so archived (its running totals added),
-then one batch left running. The figures are the median of 20 scrapes of the real web app
-over loopback HTTP (`create_web`, as `run --http-port` and `serve` mount it), and of 20
-views of `/operator` with a signed-in session.
+then one batch left running. The figures are the median of 60 scrapes of the real web app
+over loopback HTTP (`create_web`, as `run --http-port` and `serve` mount it), and of 60
+views of each operator page with a signed-in session (the list's page holds PAGE rows, so
+both histories fill it).
 
     python bench/metrics.py [--small 5] [--large 2000] [--json]
 """
@@ -25,6 +27,7 @@ from _common import (
     command_line,
     emit,
     make_tasks,
+    paired_median_ms,
     parser,
 )
 
@@ -42,7 +45,8 @@ from dropbox_eval.models import (
 from dropbox_eval.web.server import create_web
 from dropbox_eval.webserver import BackgroundServer
 
-CALLS = 20  # per read, as in add_history_ratios
+CALLS = 60  # per read and history, alternating (the pages' few ms swing with the load)
+PAGE = 5  # the ended list's page: the same rows in both histories (5 archived fill it)
 KEY = "bench-operator-key"
 
 
@@ -82,7 +86,8 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
     for n in range(batches):
         add_batch(app, n, archive=True)
     add_batch(app, batches, archive=False)
-    assert app.store.count_batches() == {"emitted": batches, "running": 1}
+    counts = {"emitted": batches, "running": 1}
+    assert app.store.count_batches() == {k: n for k, n in counts.items() if n}
     server = BackgroundServer(create_web(app, lambda: True), name="bench-web")
     url = server.start()
     session = requests.Session()
@@ -92,9 +97,17 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
         text = requests.get(f"{url}/metrics", timeout=30).text
         assert f'dropbox_eval_batches{{status="emitted"}} {batches}.0' in text
 
+    def view(path: str, **params: object) -> Callable[[], None]:
+        return lambda: session.get(f"{url}{path}", params=params, timeout=30).raise_for_status()
+
+    running = f"20260101-000000-{batches:09d}"
     return (
         scrape,
-        lambda: session.get(f"{url}/operator", timeout=30).raise_for_status(),
+        view("/operator"),
+        view("/operator/batches", limit=PAGE),
+        view("/operator/batches", client="acme", status="emitted", limit=PAGE),
+        view(f"/operator/batches/{running}"),
+        view("/operator/batches", status="failed", limit=PAGE),  # none match
         server.stop,
     )
 
@@ -106,17 +119,32 @@ def main() -> None:
     args = args_parser.parse_args()
     started = time.perf_counter()
     result = BenchResult("metrics", command_line())
-    names = ("GET /metrics", "GET /operator (signed in)")
+    names = (
+        "GET /metrics",
+        "GET /operator (signed in)",
+        f"GET /operator/batches (ended, first page of {PAGE})",
+        f"GET /operator/batches?client=acme&status=emitted (first page of {PAGE})",
+        "GET /operator/batches/{id} (a running batch's page)",
+    )
     with tempfile.TemporaryDirectory() as small_home, tempfile.TemporaryDirectory() as big_home:
         small = history(Path(small_home), args.small)
         with Stopwatch() as setup:
             large = history(Path(big_home), args.large)
         try:
-            reads = dict(zip(names, zip(small[:2], large[:2], strict=True), strict=True))
-            add_history_ratios(result, reads, args.small, args.large)
+            reads = dict(zip(names, zip(small[:-2], large[:-2], strict=True), strict=True))
+            add_history_ratios(result, reads, args.small, args.large, calls=CALLS)
+            few, many = paired_median_ms(small[-2], large[-2], CALLS)
+            result.add(
+                f"GET /operator/batches?status=failed, none of them (context): "
+                f"{args.large} / {args.small} archived",
+                many / few,
+                "x",
+                note=f"{many:.2f} ms vs {few:.2f} ms: no row matches; the index's count "
+                "says so, and the archive is not read",
+            )
         finally:
-            small[2]()
-            large[2]()
+            small[-1]()
+            large[-1]()
     result.info["setup"] = (
         f"one client with {args.small} and {args.large} archived batches (1 task, hold, "
         f"charge, release each) plus one running, made through the store "

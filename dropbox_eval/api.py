@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
+from .apidocs import add_offline_docs
 from .app import App
 from .batchfile import check_size, parse_batch, reason_of
 from .emitter import report_bytes
@@ -92,7 +93,10 @@ def create_api(app: App) -> FastAPI:
         title="dropbox-eval",
         version=__version__,
         description="Eval batches: submit, follow, emit, cancel.",
+        docs_url=None,  # apidocs.py serves them without a CDN
+        redoc_url=None,
     )
+    add_offline_docs(api)
     api.state.components = app
     views = Views(app.store)
     problems: dict[int | str, dict[str, Any]] = {

@@ -33,7 +33,7 @@ from typing import Any
 from .. import crashpoints
 from ..errors import NotFoundError, StoreError
 from ..fileio import write_atomically
-from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id, utcnow
+from ..models import BatchRecord, BatchStatus, LedgerEntry, TaskRecord, is_valid_id, utcnow
 from . import paging, totals
 from .base import SUMMARY_FIELDS, Row, _dump, _encode, _insert, summary_row
 from .clients import ClientStore, _post, settle_once
@@ -294,15 +294,23 @@ class Store(ClientStore):
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        finished: bool = False,
+        matches: int | None = None,
     ) -> list[Row]:
         """One page of summary rows, newest created first (a running batch among them by
-        its creation time); the cost follows `offset + limit`, not the history."""
+        its creation time, unless `finished`); the cost follows `offset + limit`, not the
+        history. `matches`: how many rows the filter matches in all (`count_batches`), if
+        known; the read stops once it has seen them (paging.newest_page)."""
 
         def keep(row: Row) -> bool:
+            if finished and row["status"] == BatchStatus.RUNNING:
+                return False
             return client_id in (None, row["client_id"]) and status in (None, row["status"])
 
         archived = self.archive_rows.newest_batches(client_id)
-        return paging.newest_page(self._live_rows(), archived, keep, limit=limit, offset=offset)
+        return paging.newest_page(
+            self._live_rows(), archived, keep, limit=limit, offset=offset, matches=matches
+        )
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status (live and archived), for everyone or one client, from the

@@ -31,9 +31,13 @@ def newest_page(
     *,
     limit: int,
     offset: int = 0,
+    matches: int | None = None,
 ) -> list[Row]:
     """Rows `keep` accepts, newest created first, `offset` skipped, at most `limit`; a live
-    row wins over an archived copy of the same batch (a crash between the two writes)."""
+    row wins over an archived copy of the same batch (a crash between the two writes).
+    `matches`: how many rows `keep` accepts in all (the index's counts), if known: the read
+    stops once it has seen them, so a filter that few rows pass reads no further back than
+    its oldest match."""
     want = offset + limit
     found: dict[str, Row] = {}
     newest: list[tuple[str, datetime | None]] = []  # min-heap: the `want` newest ids kept
@@ -49,11 +53,15 @@ def newest_page(
         seen.add(str(row["batch_id"]))
         if keep(row):
             take(row)
-    for row in archived_newest_first:
+
+    def all_seen() -> bool:
+        return matches is not None and len(found) >= matches
+
+    for row in () if all_seen() else archived_newest_first:
         if str(row["batch_id"]) not in seen and keep(row):
             seen.add(str(row["batch_id"]))
             take(row)
-        if len(newest) >= want and _nothing_older_fits(row, newest[0][1]):
+        if all_seen() or (len(newest) >= want and _nothing_older_fits(row, newest[0][1])):
             break
     page = sorted(found.values(), key=lambda r: str(r["batch_id"]), reverse=True)
     return [public(row) for row in page[offset:want]]

@@ -15,6 +15,7 @@ from ..rejections import RejectionLog
 from ..store import Store
 from .batches import batch_view, delivery_state, for_client, row_view, task_view, times
 from .clients import client_view, ledger_view
+from .links import with_forge_links
 from .overview import Overview, build_overview
 from .progress import Progress
 from .service import service_view
@@ -62,16 +63,24 @@ class Views:
         limit: int = 50,
         offset: int = 0,
         every: bool = False,
+        finished: bool = False,
+        matches: int | None = None,
     ) -> list[dict[str, Any]]:
-        """The newest page of batches, newest created first; `every`: the whole history,
-        oldest created first. Each row carries its progress."""
+        """The newest page of batches, newest created first (only ended ones if
+        `finished`; `matches`: how many the filter matches, see `Store.page_batches`);
+        `every`: the whole history, oldest created first. Each row carries its progress."""
         if every:
             rows = self.store.list_batches(
                 lambda r: status in (None, r["status"]) and client_id in (None, r["client_id"])
             )
         else:
             rows = self.store.page_batches(
-                client_id=client_id, status=status, limit=limit, offset=offset
+                client_id=client_id,
+                status=status,
+                limit=limit,
+                offset=offset,
+                finished=finished,
+                matches=matches,
             )
         return [row_view(row, self._progress(row)) for row in rows]
 
@@ -89,6 +98,35 @@ class Views:
         except NotFoundError:  # moved to the archive meanwhile: the row is enough
             pass
         return Progress.of(status, int(row["total"]), int(row["done"]))
+
+    def finished(
+        self, *, client_id: str | None = None, status: str | None = None, limit: int, offset: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of ended batches, newest first, and how many the filter matches in all
+        (from the index's counts, which also end the read at the oldest match): the cost
+        follows the page, not the history."""
+        counts = self.count(client_id)
+        total = (
+            counts.get(status, 0)
+            if status
+            else sum(n for name, n in counts.items() if name != BatchStatus.RUNNING)
+        )
+        rows = self.batches(
+            client_id=client_id,
+            status=status,
+            limit=limit,
+            offset=offset,
+            finished=True,
+            matches=total,
+        )
+        return rows, total
+
+    def batch_page(
+        self, batch_id: str, forge_url: str | None, *, client_id: str | None = None
+    ) -> dict[str, Any]:
+        """One batch with its tasks (`batch`) and links to its repo, issues and pull
+        requests on the forge at `forge_url` (links.py)."""
+        return with_forge_links(self.batch(batch_id, client_id=client_id), forge_url)
 
     def count(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status, for everyone or one client (the index alone)."""

@@ -5,58 +5,43 @@ Login: the key is posted once with the form (never taken from a URL, which logs 
 histories keep), and opens a session (session.py) whose random token goes into an HttpOnly,
 SameSite=Strict cookie (Secure over https) limited to `/operator`: the cookie never holds
 the key. Sign-in attempts are throttled per source address (throttle.py). The page's forms
-(re-deliver, sign out) also carry the session's CSRF token. Keys and tokens are compared in
-constant time. Its security headers come from headers.py.
+(re-deliver, cancel, sign out) also carry the session's CSRF token (door.py). Keys and
+tokens are compared in constant time. Its security headers come from headers.py. Each
+batch's own page and the list of finished batches are in batchpage.py.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, PackageLoader, select_autoescape
+from fastapi.responses import RedirectResponse, Response
 
 from ..errors import DropboxEvalError
 from ..timestamps import now
 from ..views import Views
-from .headers import STYLE
+from .batchpage import add_batch_pages, batch_path
+from .door import COOKIE, Door, form_of
 from .health import Health
-from .session import OperatorSessions, Session, key_matches
+from .session import OperatorSessions, key_matches
 from .throttle import LoginThrottle
 
 if TYPE_CHECKING:
     from ..app import App
 
-COOKIE = "dropbox_eval_operator"
 REFRESH_SECONDS = 5
-templates = Environment(
-    loader=PackageLoader("dropbox_eval.web", "templates"), autoescape=select_autoescape()
-)
-templates.globals["style"] = STYLE
 
 
 def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
-    """Mount `/operator` (page, login, logout, re-deliver) on `api`; its sessions are
-    `api.state.operator_sessions`."""
+    """Mount `/operator` (page, login, logout, re-deliver, the batch pages) on `api`; its
+    sessions are `api.state.operator_sessions`."""
     views = Views(app.store)
     sessions = OperatorSessions()
     throttle = LoginThrottle()
     api.state.operator_sessions = sessions
     api.state.login_throttle = throttle
-
-    def session_of(request: Request) -> Session | None:
-        return sessions.find(request.cookies.get(COOKIE), app.settings.operator_key)
-
-    def login_page(
-        message: str, status: int, headers: dict[str, str] | None = None
-    ) -> HTMLResponse:
-        html = templates.get_template("login.html").render(
-            message=message, configured=bool(app.settings.operator_key)
-        )
-        return HTMLResponse(html, status_code=status, headers=headers)
+    door = Door(sessions, app.settings)
 
     def signed_in(request: Request, key: str) -> Response:
         token, _ = sessions.open(key)
@@ -74,18 +59,10 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
 
     @api.get("/operator", include_in_schema=False)
     def page(request: Request) -> Response:
-        session = session_of(request)
-        if session is None:
+        if door.session_of(request) is None:
             moved = "key" in request.query_params  # an old bookmark: the key is not read
-            return login_page(KEY_IN_URL if moved else "", 401)
-        view = _view(views, health)
-        html = templates.get_template("page.html").render(
-            **view,
-            note=sessions.take_note(request.cookies.get(COOKIE)),
-            refresh=REFRESH_SECONDS,
-            csrf=session.csrf,
-        )
-        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+            return door.login_page(KEY_IN_URL if moved else "", 401)
+        return door.render(request, "page.html", **_view(views, health), refresh=REFRESH_SECONDS)
 
     @api.post("/operator/login", include_in_schema=False)
     async def login(request: Request) -> Response:
@@ -93,32 +70,22 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         wait = throttle.attempt(source)  # counted as wrong until the key proves right
         if wait:  # the key is not even looked at
             message = f"too many wrong keys from your address: try again in {wait} s"
-            return login_page(message, 429, {"Retry-After": str(wait)})
-        key = (await _form(request)).get("key", "")
+            return door.login_page(message, 429, {"Retry-After": str(wait)})
+        key = (await form_of(request)).get("key", "")
         if key_matches(key, app.settings.operator_key):
             throttle.succeeded(source)
             return signed_in(request, key)
         wait = throttle.retry_after(source)
         later = f"; wait {wait} s before the next try" if wait else ""
-        return login_page(f"that key is not right{later}", 401)
-
-    async def refusal(request: Request) -> Response | None:
-        """Why a form post may not act: no session (401), or a session whose form carries
-        a missing or stale CSRF token (403: the page was loaded before a new sign-in)."""
-        session = session_of(request)
-        if session is None:
-            return login_page("sign in first", 401)
-        if not session.allows((await _form(request)).get("csrf")):
-            return login_page("this form is out of date: reload the page and try again", 403)
-        return None
+        return door.login_page(f"that key is not right{later}", 401)
 
     @api.post("/operator/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
-        refused = await refusal(request)
+        refused = await door.refusal(request)
         if refused is not None:
             return refused
         sessions.close(request.cookies.get(COOKIE))
-        response = login_page("signed out", 200)
+        response = door.login_page("signed out", 200)
         response.delete_cookie(
             COOKIE,
             path="/operator",
@@ -130,7 +97,9 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
 
     @api.post("/operator/batches/{batch_id}/deliver", include_in_schema=False)
     async def deliver(batch_id: str, request: Request) -> Response:
-        refused = await refusal(request)
+        """Re-deliver the report (`Delivery.emit` with force, as `emit --force` and the
+        API do); back to the batch's page when its form says so, else to the overview."""
+        refused = await door.refusal(request)
         if refused is not None:
             return refused
         try:
@@ -138,20 +107,16 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             note = f"{batch_id}: delivered to {result.get('delivered_to')}"
         except DropboxEvalError as exc:
             note = f"{batch_id}: not delivered: {exc}"
-        sessions.post_note(request.cookies.get(COOKIE), note)
-        return RedirectResponse("/operator", status_code=303)
+        back = (await form_of(request)).get("back") == "batch"
+        return door.done(request, note, batch_path(batch_id) if back else "/operator")
+
+    add_batch_pages(api, app, door)
 
 
 KEY_IN_URL = (
     "the key is no longer read from the address (it stays in logs and browser history): "
     "enter it below"
 )
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """The first value of each field of a urlencoded form (no python-multipart needed)."""
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    return {name: values[0] for name, values in form.items() if values}
 
 
 def _view(views: Views, health: Health) -> dict[str, Any]:
