@@ -5,8 +5,8 @@ Login: the key is posted once with the form (never taken from a URL, which logs 
 histories keep), and opens a session (session.py) whose random token goes into an HttpOnly,
 SameSite=Strict cookie (Secure over https) limited to `/operator`: the cookie never holds
 the key. Sign-in attempts are throttled per source address (throttle.py). The page's forms
-(re-deliver, sign out) also carry the session's CSRF token. Keys and tokens are compared in
-constant time. Its security headers come from headers.py.
+(re-deliver, retry, pause, resume, sign out) also carry the session's CSRF token. Keys and
+tokens are compared in constant time. Its security headers come from headers.py.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ templates.globals["style"] = STYLE
 
 
 def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
-    """Mount `/operator` (page, login, logout, re-deliver) on `api`; its sessions are
-    `api.state.operator_sessions`."""
+    """Mount `/operator` (page, login, logout, re-deliver, retry, pause, resume) on `api`;
+    its sessions are `api.state.operator_sessions`."""
     views = Views(app.store)
     sessions = OperatorSessions()
     throttle = LoginThrottle()
@@ -138,6 +138,39 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             note = f"{batch_id}: delivered to {result.get('delivered_to')}"
         except DropboxEvalError as exc:
             note = f"{batch_id}: not delivered: {exc}"
+        sessions.post_note(request.cookies.get(COOKIE), note)
+        return RedirectResponse("/operator", status_code=303)
+
+    @api.post("/operator/batches/{batch_id}/retry", include_in_schema=False)
+    async def retry(batch_id: str, request: Request) -> Response:
+        refused = await refusal(request)
+        if refused is not None:
+            return refused
+        try:
+            receipt = await run_in_threadpool(app.retries.retry, batch_id)
+            new, count = receipt["batch_id"], receipt["task_count"]
+            note = f"{batch_id}: retried by batch {new} ({count} tasks)"
+        except DropboxEvalError as exc:
+            note = f"{batch_id}: not retried: {exc}"
+        sessions.post_note(request.cookies.get(COOKIE), note)
+        return RedirectResponse("/operator", status_code=303)
+
+    @api.post("/operator/pause", include_in_schema=False)
+    async def pause(request: Request) -> Response:
+        refused = await refusal(request)
+        if refused is not None:
+            return refused
+        since = app.pause.pause(by="operator page")["since"]
+        sessions.post_note(request.cookies.get(COOKIE), f"intake paused since {since}")
+        return RedirectResponse("/operator", status_code=303)
+
+    @api.post("/operator/resume", include_in_schema=False)
+    async def resume(request: Request) -> Response:
+        refused = await refusal(request)
+        if refused is not None:
+            return refused
+        ended = app.pause.resume()
+        note = "intake resumed" if ended else "intake was not paused"
         sessions.post_note(request.cookies.get(COOKIE), note)
         return RedirectResponse("/operator", status_code=303)
 
