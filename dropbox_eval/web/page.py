@@ -11,6 +11,7 @@ tokens are compared in constant time. Its security headers come from headers.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -141,38 +142,39 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         sessions.post_note(request.cookies.get(COOKIE), note)
         return RedirectResponse("/operator", status_code=303)
 
-    @api.post("/operator/batches/{batch_id}/retry", include_in_schema=False)
-    async def retry(batch_id: str, request: Request) -> Response:
+    async def act(request: Request, action: Callable[[], str]) -> Response:
+        """A form's action: refused without a session and its CSRF token; else run (in a
+        thread), its note shown on the page it goes back to."""
         refused = await refusal(request)
         if refused is not None:
             return refused
-        try:
-            receipt = await run_in_threadpool(app.retries.retry, batch_id)
-            new, count = receipt["batch_id"], receipt["task_count"]
-            note = f"{batch_id}: retried by batch {new} ({count} tasks)"
-        except DropboxEvalError as exc:
-            note = f"{batch_id}: not retried: {exc}"
+        note = await run_in_threadpool(action)
         sessions.post_note(request.cookies.get(COOKIE), note)
         return RedirectResponse("/operator", status_code=303)
+
+    @api.post("/operator/batches/{batch_id}/retry", include_in_schema=False)
+    async def retry(batch_id: str, request: Request) -> Response:
+        def retried() -> str:
+            try:
+                receipt = app.retries.retry(batch_id)
+            except DropboxEvalError as exc:
+                return f"{batch_id}: not retried: {exc}"
+            new, count = receipt["batch_id"], receipt["task_count"]
+            return f"{batch_id}: retried by batch {new} ({count} tasks)"
+
+        return await act(request, retried)
 
     @api.post("/operator/pause", include_in_schema=False)
     async def pause(request: Request) -> Response:
-        refused = await refusal(request)
-        if refused is not None:
-            return refused
-        since = app.pause.pause(by="operator page")["since"]
-        sessions.post_note(request.cookies.get(COOKIE), f"intake paused since {since}")
-        return RedirectResponse("/operator", status_code=303)
+        return await act(
+            request, lambda: f"intake paused since {app.pause.pause(by='operator page')['since']}"
+        )
 
     @api.post("/operator/resume", include_in_schema=False)
     async def resume(request: Request) -> Response:
-        refused = await refusal(request)
-        if refused is not None:
-            return refused
-        ended = app.pause.resume()
-        note = "intake resumed" if ended else "intake was not paused"
-        sessions.post_note(request.cookies.get(COOKIE), note)
-        return RedirectResponse("/operator", status_code=303)
+        return await act(
+            request, lambda: "intake resumed" if app.pause.resume() else "intake was not paused"
+        )
 
 
 KEY_IN_URL = (
