@@ -62,12 +62,9 @@ class Retries:
         return self.intake.receipt(record.batch_id) | {"retry_of": batch_id}
 
     def _record(self, batch_id: str, client_id: str | None) -> tuple[BatchRecord, list[TaskRecord]]:
+        spec = self._spec(self._retryable(batch_id, client_id))  # its callback checked unlocked
         with crashpoints.operation("retry"), self.store.locked():
-            old = self.store.get_batch(batch_id)
-            if client_id is not None and old.client_id != client_id:
-                raise NotFoundError(f"no batch {batch_id!r}")
-            self._check(old)
-            spec = self._spec(old)
+            old = self._retryable(batch_id, client_id)  # again: another process may have won
             try:
                 cost = self.intake.billing.check_funded(old.client_id, len(spec.tasks))
             except BatchRejected as exc:
@@ -84,9 +81,13 @@ class Retries:
                 self.store.update_batch(batch_id, retried_by=record.batch_id)
             return record, self.intake.create(record, spec)
 
-    def _check(self, old: BatchRecord) -> None:
-        """Refuse what cannot be retried: a batch that did not end failed or expired, or
-        one whose retry exists already (a reservation without its batch is resumed)."""
+    def _retryable(self, batch_id: str, client_id: str | None) -> BatchRecord:
+        """The batch, or a refusal: unknown (or another client's), a batch that did not end
+        failed or expired, or one whose retry exists already (a reservation without its
+        batch is resumed)."""
+        old = self.store.get_batch(batch_id)
+        if client_id is not None and old.client_id != client_id:
+            raise NotFoundError(f"no batch {batch_id!r}")
         if old.retried_by is not None and self.store.is_recorded(old.retried_by):
             raise AlreadyRetried(
                 f"batch {old.batch_id} was retried already, by batch {old.retried_by} "
@@ -99,6 +100,7 @@ class Retries:
                 "be retried",
                 status=old.status,
             )
+        return old
 
     def _spec(self, old: BatchRecord) -> BatchFile:
         """The retry as a batch file: the old batch's failed and aborted tasks, its callback

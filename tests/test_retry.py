@@ -124,9 +124,11 @@ def test_retry_opens_a_linked_batch_of_the_failed_tasks_with_its_own_report(home
 
 def test_an_expired_batch_is_retried_with_only_its_failed_and_expired_tasks(home: Home) -> None:
     batch_id = home.submit({"tasks": tasks(3)})["batch_id"]
-    owner, name = home.json("batch", batch_id)["repo"].split("/")
-    home.forge.finish_issue(owner, name, 1, comment="ok", labels=["eval-pass"])
-    home.forge.finish_issue(owner, name, 2, comment="no", labels=["eval-fail"])
+    shown = home.json("batch", batch_id)
+    owner, name = shown["repo"].split("/")
+    number = {t["task_id"]: t["issue_number"] for t in shown["tasks"]}  # opened in parallel
+    home.forge.finish_issue(owner, name, number["t1"], comment="ok", labels=["eval-pass"])
+    home.forge.finish_issue(owner, name, number["t2"], comment="no", labels=["eval-fail"])
     assert home.run("poll", batch_id).returncode == 0
     Store(home.home / "state").update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
     assert home.run("run", "--once").returncode == 0  # the deadline passed: expired
