@@ -105,6 +105,10 @@ def test_a_pause_holds_files_and_forge_writes_across_a_restart_until_resume(
     forge.clear_requests()
 
     waiting = _drop(home, "waiting.json")
+    source = home.home / "submitted.json"
+    source.write_text(json.dumps({"batch_ref": "submitted", "tasks": tasks(1)}), "utf-8")
+    submitted = home.run("submit", str(source), "--client", "acme")
+    assert submitted.returncode == EXIT_FAILED and "intake is paused since" in submitted.stderr
     stored = home.run("cancel", cancelled)
     assert stored.returncode == 0 and "cancel stored" in stored.stdout
     home.finish(before)  # the lane closes issues: polling and delivery go on
@@ -124,6 +128,7 @@ def test_a_pause_holds_files_and_forge_writes_across_a_restart_until_resume(
         resumed = home.run("resume")
         assert resumed.returncode == 0 and f"paused since {since}" in resumed.stdout
         assert wait_for(lambda: _receipt(home, "waiting.json").exists())
+        assert wait_for(lambda: _receipt(home, "submitted.json").exists())
         assert not waiting.exists()
         assert wait_for(lambda: home.json("batch", cancelled)["status"] == "cancelled")
         new = read_json(_receipt(home, "waiting.json"))["batch_id"]

@@ -215,3 +215,22 @@ def test_the_api_retries_only_the_callers_own_batch(app: App, forge: SandboxForg
         assert twice.status_code == 409 and twice.json()["reason"] == "already_retried"
         assert call("acme", "POST", "/api/eval/batches/nope/retry").status_code == 404
     assert app.store.get_client("beta").held == 0  # type: ignore[union-attr]
+
+
+def test_a_retry_while_paused_holds_its_credits_and_opens_its_issues_after_resume(
+    home: Home,
+) -> None:
+    old = home.failed_batch(2)
+    assert home.run("pause").returncode == 0
+    said = home.run("retry", old)
+    assert said.returncode == 0 and "0 of 2 issues opened" in said.stdout
+    assert "after `dropbox-eval resume` (intake is paused)" in said.stdout
+    new = home.json("batch", old)["retried_by"]
+    assert [t["issue_number"] for t in home.json("batch", new)["tasks"]] == [None, None]
+    assert home.json("clients", "show", "acme")["held"] == 2
+    assert home.run("run", "--once").returncode == 0  # paused: still no issue
+    assert not home.json("batch", new)["intake_done"]
+    assert home.run("resume").returncode == 0
+    assert home.run("run", "--once").returncode == 0
+    opened = home.json("batch", new)
+    assert opened["intake_done"] and all(t["issue_number"] for t in opened["tasks"])

@@ -21,15 +21,18 @@ def retry(obj: Context, batch_id: str, as_json: bool) -> None:
     with friendly_errors(as_json):
         app = obj.app()
         receipt = app.retries.retry(batch_id)
+        paused = app.pause.since()
     if as_json:
         emit_json(receipt)
         return
     numbers = [i["issue_number"] for i in receipt["issues"]]
     opened = sum(1 for n in numbers if n is not None)
+    rest = (
+        "after `dropbox-eval resume` (intake is paused)" if paused else "the service opens the rest"
+    )
     click.echo(
         f"{batch_id}: retried by batch {receipt['batch_id']} ({receipt['task_count']} tasks, "
-        f"held {receipt['held']}; {opened} of {len(numbers)} issues opened, the service "
-        "opens the rest)"
+        f"held {receipt['held']}; {opened} of {len(numbers)} issues opened; {rest})"
     )
 
 
