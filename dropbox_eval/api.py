@@ -92,7 +92,7 @@ def create_api(app: App) -> FastAPI:
     api = FastAPI(
         title="dropbox-eval",
         version=__version__,
-        description="Eval batches: submit, follow, emit, cancel.",
+        description="Eval batches: submit, follow, emit, cancel, retry.",
         docs_url=None,  # apidocs.py serves them without a CDN
         redoc_url=None,
     )
@@ -208,6 +208,13 @@ def create_api(app: App) -> FastAPI:
             "status": done.status,
             "charged": done.charged,
         }
+
+    @api.post("/api/eval/batches/{batch_id}/retry", status_code=201, responses=problems)
+    def retry(batch_id: str, client: Caller) -> dict[str, Any]:
+        """Retry a failed or expired batch of the caller: a new batch with its failed and
+        aborted tasks, linked both ways (`retry_of`, `retried_by`), holding credits."""
+        owned(batch_id, client)
+        return app.retries.retry(batch_id, client_id=client.client_id)
 
     return api
 

@@ -18,8 +18,10 @@ from .intake import Intake
 from .lifecycle import Lifecycle
 from .limiter import Limiter
 from .models import TaskRecord
+from .pause import Pause
 from .poller import Poller
 from .rejections import RejectionLog
+from .retry import Retries
 from .scheduler import ForgeScheduler
 from .secrecy import make_state_private
 from .settle import Settler
@@ -47,6 +49,8 @@ class App:
     nudges: Nudges
     webhooks: WebhookReceiver
     statecheck: StateCheck
+    pause: Pause
+    retries: Retries
     metrics: Metrics = field(default_factory=Metrics)
 
 
@@ -131,6 +135,8 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
 
         intake.open_now = open_now
         inbox.on_recorded = lambda batch_id, _client: open_now(batch_id)
+    pause = Pause(settings.state_path)
+    inbox.paused = intake.opener.paused = lifecycle.paused = pause.since
     inbox.on_reject = RejectionLog(settings.state_path).append
     inbox.on_filed = metrics.observe_drop
     settings.outbox_path.mkdir(parents=True, exist_ok=True)
@@ -151,5 +157,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
         nudges,
         webhooks,
         StateCheck(store, billing, settings.delivery_max_attempts),
+        pause,
+        Retries(intake, pause),
         metrics,
     )

@@ -31,6 +31,7 @@ OPERATIONS = frozenset(
         "expire",  # closing the issues, then settle
         "fund",  # one index write
         "rotate-secret",  # one index write
+        "retry",  # the link on the old record, then the new batch (tasks, record, index)
     }
 )
 _open: ContextVar[tuple[str, ...]] = ContextVar("crash_operations", default=())

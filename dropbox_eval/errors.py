@@ -20,6 +20,8 @@ Tree::
         +-- NotFinished        emit of a batch that is still running
         +-- NotRunning         cancel of a batch that already ended
         +-- Busy               another process is creating the batch's issues
+        +-- NotRetryable       retry of a batch that did not end failed or expired
+        +-- AlreadyRetried     retry of a batch that has its retry already
 
 `answer_for` is the one table from an error to its HTTP status and CLI exit code;
 `error_document` is what the API answers and the CLI prints under `--json`.
@@ -135,6 +137,18 @@ class Busy(Conflict):
     reason = "busy"
 
 
+class NotRetryable(Conflict):
+    """Only a `failed` or `expired` batch with failed or aborted tasks can be retried."""
+
+    reason = "not_retryable"
+
+
+class AlreadyRetried(Conflict):
+    """The batch was retried already (`retried_by` names its retry)."""
+
+    reason = "already_retried"
+
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 0, 1, 2, 3, 4, 5
 EXIT_NOT_RUNNING = 3  # `status` of a stopped service, as `systemctl status` says "inactive"
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
@@ -153,6 +167,7 @@ REJECTION_HTTP_STATUS = {
     "unknown_client": 403,
     "client_mismatch": 403,
     "too_large": 413,
+    "use_retry": 409,
 }
 
 # (error class, HTTP status, exit code, reason code); the first matching row answers

@@ -30,6 +30,7 @@ from .models import (
     new_batch_id,
     utcnow,
 )
+from .retry import refuse_redrop
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -61,7 +62,8 @@ class Intake(UsesForge):
         self.settings = settings
         # opens a batch's issues now, one visit under its stored schedule (app.py wires it)
         self.open_now: Callable[[str, list[TaskRecord] | None], object] | None = None
-        self.open_issues = IssueOpener(store, gitea, settings).open_issues
+        self.opener = IssueOpener(store, gitea, settings)
+        self.open_issues = self.opener.open_issues
         self.policy = CallbackPolicy(settings.callback_allow)
 
     def submit_batch(
@@ -170,30 +172,49 @@ class Intake(UsesForge):
             existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
             if existing:
                 earlier = self.store.get_batch(existing)
-                return Recorded(earlier, duplicate=not _own_unfiled(earlier, source, sha256))
+                if _own_unfiled(earlier, source, sha256):
+                    return Recorded(earlier)
+                refuse_redrop(earlier)  # a failed or expired batch: `retry` is the way
+                return Recorded(earlier, duplicate=True)
             cost = self.billing.check_funded(client_id, len(batch.tasks))
-            record = self._new_record(batch, client_id, cost, source, sha256)
-            tasks = [
-                TaskRecord(
-                    task_id=t.task_id,
-                    batch_id=record.batch_id,
-                    repo=record.repo,
-                    payload=t,
-                    created_at=record.created_at,
-                )
-                for t in batch.tasks
-            ]
-            hold = self.billing.hold_entry(client_id, cost, record.batch_id)
-            self.store.create_batch(record, tasks, hold)
-        return Recorded(record, tasks)
+            record = self.new_record(batch, client_id, cost, source, sha256)
+            return Recorded(record, self.create(record, batch))
 
-    def _new_record(
-        self, batch: BatchFile, client_id: str, cost: int, source: str | None, sha256: str | None
+    def create(self, record: BatchRecord, batch: BatchFile) -> list[TaskRecord]:
+        """Store a new batch: its tasks, its record, then its index row with its hold (the
+        commit, Store.create_batch); returns its tasks. Under the store's lock."""
+        tasks = [
+            TaskRecord(
+                task_id=t.task_id,
+                batch_id=record.batch_id,
+                repo=record.repo,
+                payload=t,
+                created_at=record.created_at,
+            )
+            for t in batch.tasks
+        ]
+        hold = self.billing.hold_entry(record.client_id, record.cost, record.batch_id)
+        self.store.create_batch(record, tasks, hold)
+        return tasks
+
+    def new_record(
+        self,
+        batch: BatchFile,
+        client_id: str,
+        cost: int,
+        source: str | None,
+        sha256: str | None,
+        *,
+        batch_id: str | None = None,
+        retry_of: str | None = None,
     ) -> BatchRecord:
+        """The record of a new batch (not stored); `batch_id` when it was chosen before
+        (a retry names its batch on the batch it retries first)."""
         now = utcnow()
-        batch_id = new_batch_id(now)
+        batch_id = batch_id or new_batch_id(now)
         return BatchRecord(
             batch_id=batch_id,
+            retry_of=retry_of,
             client_id=client_id,
             batch_ref=batch.batch_ref,
             callback_url=batch.callback_url,

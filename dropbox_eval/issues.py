@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import copy_context
 from typing import Any
@@ -40,6 +41,8 @@ class IssueOpener(UsesForge):
         self.store = store
         self._gitea = gitea
         self.settings = settings
+        # when intake was paused (pause.py), or None: no issue is created while paused
+        self.paused: Callable[[], str | None] = lambda: None
 
     def open_issues(self, batch_id: str, tasks: list[TaskRecord] | None = None) -> int:
         """Create the issues still missing for the batch; returns how many were created.
@@ -50,7 +53,7 @@ class IssueOpener(UsesForge):
         issues an earlier attempt created (by their marker) and creates only the rest.
         """
         batch = self.store.get_batch(batch_id)
-        if not _wants_issues(batch):
+        if not _wants_issues(batch) or self.paused() is not None:
             return 0
         with (
             crashpoints.operation("intake"),

@@ -62,6 +62,8 @@ class Lifecycle(UsesForge):
         self.close = close
         self.attempts = attempts
         self.on_error: Callable[[str, Exception], None] | None = None  # the service's status
+        # when forge writes were paused (pause.py), or None: cancels wait, deadlines wait
+        self.paused: Callable[[], str | None] = lambda: None
 
     def visit(self, batch_id: str, step: Callable[..., T], *args: Any) -> T | None:
         """Run one try of forge work for a batch; a failure is stored on the batch, and a
@@ -72,6 +74,8 @@ class Lifecycle(UsesForge):
             log.warning("batch %s: forge error, next visit later: %s", batch_id, exc)
             if self.on_error is not None:
                 self.on_error(f"batch {batch_id}", exc)
+            if self.paused() is not None:  # forge maintenance: not the batch's failure
+                return None
             failure = self.attempts.failed(batch_id, exc)
             if failure is not None:
                 self.fail(batch_id, failure)
@@ -94,7 +98,7 @@ class Lifecycle(UsesForge):
         with crashpoints.operation("cancel"), on_behalf_of(batch.client_id):
             if not batch.cancel_requested:
                 self.store.update_batch(batch_id, cancel_requested=True)
-            if self._gitea is None:  # a command without the forge: the service finishes it
+            if self._gitea is None or self.paused() is not None:  # the service finishes it
                 return self.store.get_batch(batch_id)
             return self._abort(batch_id, BatchStatus.CANCELLED)
 
@@ -103,7 +107,7 @@ class Lifecycle(UsesForge):
         The deadline always wins: past it, the batch ends even if the forge is down.
         `batch`: its record, when the caller has just read it."""
         batch = batch or self.store.get_batch(batch_id)
-        if batch.status != BatchStatus.RUNNING:
+        if batch.status != BatchStatus.RUNNING or self.paused() is not None:
             return False
         overdue = batch.deadline is not None and batch.deadline <= utcnow()
         if batch.cancel_requested and (overdue or is_due(batch)):

@@ -283,6 +283,8 @@ class BatchRecord(BaseModel):
     last_error: str | None = None
     next_attempt_at: datetime | None = None
     failure: str | None = None  # why a `failed` batch failed, in the client's words
+    retry_of: str | None = None  # the failed or expired batch this one retries
+    retried_by: str | None = None  # the batch retrying this one (written before it exists)
 
 
 class Client(BaseModel):
@@ -344,3 +346,4 @@ class Report(BaseModel):
     completed_at: datetime | None
     charged: int | None = None
     failure: str | None = None
+    retry_of: str | None = None  # only present in a retry's report

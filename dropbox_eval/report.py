@@ -180,6 +180,7 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
         completed_at=batch.completed_at,
         charged=batch.charged,
         failure=batch.failure,
+        retry_of=batch.retry_of,
         results=[
             ReportResult(
                 task_id=t.task_id,
@@ -193,6 +194,8 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
         ],
     )
     data: dict[str, Any] = report.model_dump(mode="json")
+    if data["retry_of"] is None:  # only a retry's report names what it retries
+        del data["retry_of"]
     for name in ("created_at", "completed_at"):  # the one format a client sees
         data[name] = rfc3339(data[name])
     for result in data["results"]:

@@ -63,6 +63,15 @@ class Service:
         app.poller.on_settling = lambda repo, seconds: self.alarm.after(
             seconds, lambda: app.nudges.add(repo)
         )
+        app.pause.on_resume(self.resumed)  # the API's or the page's resume, in this process
+
+    def resumed(self) -> None:
+        """Intake resumed: take the waiting files and run a forge cycle now (batches posted
+        or retried meanwhile get their issues, stored cancels finish)."""
+        log.info("intake resumed: taking the waiting files")
+        self.inbox.wake.set()
+        self.forge.now.set()
+        self.app.nudges.wake.set()
 
     def _retry_later(self, seconds: float, call: Callable[[], None]) -> None:
         """`call()` in `seconds`, unless the service is stopping by then."""
@@ -102,6 +111,8 @@ class Service:
                 self.settings.outbox_path,
             )
             self.inbox.log_polling()
+            if (since := self.app.pause.since()) is not None:
+                log.warning("intake is paused since %s (`dropbox-eval resume` ends it)", since)
             self._warn_reserved_clients()
             if self.settings.forge_webhook_url and self.settings.forge_webhook_secret:
                 threading.Thread(
@@ -155,8 +166,11 @@ class Service:
         for thread in threads:
             thread.start()
         try:
+            paused = self.app.pause.since()
             while not self.stop_event.wait(1.0):
-                pass
+                was, paused = paused, self.app.pause.since()
+                if was is not None and paused is None:  # resumed by another process
+                    self.resumed()
         finally:
             self.stop()
             for thread in threads:
@@ -164,10 +178,12 @@ class Service:
             self.opener.shutdown()
 
     def _run_once(self) -> None:
-        """Take the files present now, one forge cycle, deliver what is due, exit."""
+        """Take the files present now (unless paused), one forge cycle, deliver what is
+        due, exit."""
         self.inbox.rescan()
         deadline = time.monotonic() + ONCE_TIMEOUT_SECONDS
-        while self.inbox.tracker.pending() and time.monotonic() < deadline:
+        paused = self.app.pause.since() is not None
+        while not paused and self.inbox.tracker.pending() and time.monotonic() < deadline:
             wait(self.inbox.take_ready())
             if self.stop_event.wait(FAST_TICK_SECONDS):
                 return

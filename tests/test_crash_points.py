@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Receiver
-from crashworld import World, assert_invariants, play
+from conftest import Receiver, tasks
+from crashworld import TASKS, World, assert_invariants, play
 
 from dropbox_eval.billing import Billing
 from dropbox_eval.sandbox import SandboxForge
@@ -119,3 +119,46 @@ def test_a_kill_after_the_one_write_of_a_client_change_is_recovered(
         assert client.webhook_secret != secret
     assert sum(e.amount for e in store.ledger("acme")) == client.balance
     assert StateCheck(store, Billing(store, 1), 8).run(repair=False) == []
+
+
+def _expired(world: World) -> str:
+    """One batch of TASKS tasks, run, then ended `expired` by its deadline and reported."""
+    world.drop()
+    world.run_once()
+    world.expire_now()
+    world.run_once()
+    row = world.batch()
+    assert row["status"] == "expired", row
+    return str(row["batch_id"])
+
+
+@pytest.mark.slow
+def test_a_kill_after_any_write_of_a_retry_makes_one_linked_retry(tmp_path: Path) -> None:
+    """`retry` killed after its Nth write, a restart, then `retry` again: one retry, linked
+    both ways, holding its cost, its issues created once, and nothing for `check`."""
+    for n in range(1, MAX_WRITES + 1):
+        with SandboxForge(port=0) as forge:
+            world = World(tmp_path / f"retry-{n}", forge)
+            world.fund()
+            old = _expired(world)
+            killed = world.command("retry", old, crash=f"retry:{n}")
+            world.run_once()  # the restart: the state check, and any issue still missing
+            world.command("retry", old)  # finishes a reserved retry; else already_retried
+            world.run_once()
+            store = world.store()
+            retries = [r for r in store.list_batches() if r["batch_id"] != old]
+            assert len(retries) == 1, (retries, world.kills)
+            new = store.get_batch(retries[0]["batch_id"])
+            assert new.retry_of == old and store.get_batch(old).retried_by == new.batch_id
+            assert new.status == "running" and new.intake_done, new
+            titles = [i["title"] for i in forge.issues(forge.user, new.repo.split("/")[1])]
+            assert sorted(titles) == sorted(t["title"] for t in tasks(TASKS)), world.kills
+            client = store.get_client("acme")
+            assert client is not None and client.held == new.cost == TASKS
+            assert StateCheck(store, Billing(store, 1), 8).run(repair=False) == [], world.kills
+        if not killed:
+            print(f"retry: {n - 1} writes walked")
+            assert n > 2  # the reservation and the new batch were each killed after
+            return
+        assert world.kills[0].startswith(f"crash point: retry write {n}"), world.kills
+    raise AssertionError(f"retry still writing after {MAX_WRITES} writes")

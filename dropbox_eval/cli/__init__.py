@@ -153,9 +153,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "The whole flow in this folder on the embedded sandbox forge; prints the report.",
     ),
     "emit": ("batches", "Deliver a finished batch's report (file or callback)."),
+    "pause": (
+        "pausing",
+        "Hold intake: files wait in the inbox, forge writes stop; polling and delivery go on.",
+    ),
     "poll": (
         "batches",
         "Poll the forge once (every running batch, or BATCH_ID) and store finished results.",
+    ),
+    "resume": (
+        "pausing",
+        "End the pause: the service takes the waiting files and resumes forge writes.",
+    ),
+    "retry": (
+        "retry",
+        "Retry a failed or expired batch: a new batch with its failed and aborted tasks.",
     ),
     "run": (
         "service",

@@ -115,6 +115,9 @@ def batch(obj: Context, batch_id: str, as_json: bool) -> None:
     )
     for line in problems(view):
         console.print(line, markup=False)
+    for label in ("retry_of", "retried_by"):  # retry.py: the links between a batch and its retry
+        if view[label]:
+            console.print(f"{label.replace('_', ' ')} {view[label]}", markup=False)
     table = Table("task", "issue", "status", "summary", "url")
     for task in view["tasks"]:
         table.add_row(

@@ -46,6 +46,11 @@ def _print_status(record: dict[str, Any]) -> None:
         click.echo(f"last poll: {record.get('last_poll_at') or '-'}")
     else:
         click.echo(f"service: not running (stopped {record.get('stopped_at') or '-'})")
+    if record["paused"]:
+        click.echo(
+            f"intake: paused since {record['paused_since']} by {record['paused_by'] or '-'} "
+            "(files wait in the inbox; `dropbox-eval resume` ends it)"
+        )
     click.echo(f"last error: {record.get('last_error') or '-'}")
     problems = record.get("state_problems") or []
     click.echo(

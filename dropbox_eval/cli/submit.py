@@ -23,6 +23,7 @@ from ..errors import EXIT_FAILED, EXIT_REJECTED, DropboxEvalError, InvalidArgume
 from ..inbox import Inbox, handover
 from ..models import ID_PATTERN, is_valid_id
 from ..names import reserved_reason
+from ..pause import Pause
 from ..servicestate import service_running
 from . import FOLDERS, FORGE, Context, uses
 from .output import console, emit_json, fail, friendly_errors, json_option
@@ -86,10 +87,16 @@ def _filed(
     """The service's filing of the drop, or this process's own when no service runs."""
     deadline = time.monotonic() + timeout
     inbox: Inbox | None = None
+    paused = Pause(settings.state_path)
     while True:
         found = drop.filed()
         if found is not None:
             return found
+        if (since := paused.since()) is not None:  # nobody takes it in before `resume`
+            raise DropboxEvalError(
+                f"intake is paused since {since}: {drop.path} waits in the inbox and is "
+                "taken after `dropbox-eval resume`"
+            )
         if not service_running(settings.state_path):
             inbox = inbox or obj.app().inbox
             outcome = inbox.process(drop.path)  # left alone while another process has it

@@ -96,6 +96,8 @@ class Inbox:
         self.on_recorded: Callable[[str, str], object] | None = None
         # told of every filed drop: outcome and seconds since its last change (metrics)
         self.on_filed: Callable[[str, float], None] | None = None
+        # when intake was paused (pause.py), or None: a paused inbox leaves every file
+        self.paused: Callable[[], str | None] = lambda: None
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans); stale uploads
@@ -116,6 +118,10 @@ class Inbox:
         """
         if not is_candidate_name(self.root, path):
             return Outcome("skipped", None, {"reason": "not an inbox candidate"})
+        since = self.paused()
+        if since is not None:  # no receipt, no error file: it waits for `resume`
+            why = f"intake is paused since {since}; the file waits for `dropbox-eval resume`"
+            return Outcome("skipped", None, {"reason": "paused", "message": why})
         try:
             folder_fd = open_folder(self.root, path.parent)
         except Skip as skip:

@@ -210,6 +210,13 @@ class StoreBase:
                 unlink_quietly(path)
         return True
 
+    def is_recorded(self, batch_id: str) -> bool:
+        """Whether the batch's intake committed: the index names it, or it is archived (a
+        record whose index row was never written is not a batch yet)."""
+        if any(row["batch_id"] == batch_id for row in self._live_rows()):
+            return True
+        return self._batch_file(batch_id) != self.batches_dir / f"{batch_id}.json"
+
     def live_rows(self) -> list[Row]:
         """The index's live batch rows (a cache of their records' summary fields)."""
         return self._live_rows()

@@ -42,8 +42,11 @@ class Snapshot:
 
 
 def source_of(row: Row) -> str:
-    """How a batch came: "inbox" (a dropped file's path) or "api" (none, or "api")."""
+    """How a batch came: "inbox" (a dropped file's path), "api" (none, or "api") or
+    "retry" (`dropbox-eval retry`, retry.py)."""
     source = row.get("source")
+    if source == "retry":
+        return "retry"
     return "inbox" if source and source != "api" else "api"
 
 

@@ -1,5 +1,6 @@
 """The view of the service: whether a `run` holds the state folder, since when, its last
-poll and error, and what its last state check could not repair."""
+poll and error, what its last state check could not repair, and whether intake is paused
+(`paused`, `paused_since`, `paused_by`: pause.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..pause import Pause
 from ..servicestate import read_status
 from ..timestamps import rfc3339
 
@@ -24,7 +26,7 @@ def service_view(state_dir: Path) -> dict[str, Any]:
     for name in SERVICE_TIMES:
         if name in record:
             record[name] = rfc3339(record[name])
-    return record
+    return record | Pause(state_dir).view()
 
 
 def _stopped_record(state_dir: Path) -> dict[str, Any]:

@@ -103,7 +103,7 @@ class StateCollector(Collector):
         )
 
 
-BY_SOURCE = "Batches accepted, by how they came (a dropped file, or the HTTP API)."
+BY_SOURCE = "Batches accepted, by how they came (a dropped file, the HTTP API, or a retry)."
 BY_REASON = "Dropped files rejected, by reason (kept in state/rejections.counts.json)."
 BY_REPORT = "Reports of ended batches: delivered, pending (due or retrying), given_up."
 BY_WEBHOOK = (

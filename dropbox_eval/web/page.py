@@ -5,13 +5,14 @@ Login: the key is posted once with the form (never taken from a URL, which logs 
 histories keep), and opens a session (session.py) whose random token goes into an HttpOnly,
 SameSite=Strict cookie (Secure over https) limited to `/operator`: the cookie never holds
 the key. Sign-in attempts are throttled per source address (throttle.py). The page's forms
-(re-deliver, cancel, sign out) also carry the session's CSRF token (door.py). Keys and
-tokens are compared in constant time. Its security headers come from headers.py. Each
-batch's own page and the list of finished batches are in batchpage.py.
+(re-deliver, cancel, retry, pause, resume, sign out) also carry the session's CSRF token
+(door.py). Keys and tokens are compared in constant time. Its security headers come from
+headers.py. Each batch's own page and the list of finished batches are in batchpage.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -34,8 +35,8 @@ REFRESH_SECONDS = 5
 
 
 def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
-    """Mount `/operator` (page, login, logout, re-deliver, the batch pages) on `api`; its
-    sessions are `api.state.operator_sessions`."""
+    """Mount `/operator` (page, login, logout, re-deliver, retry, pause, resume, the batch
+    pages) on `api`; its sessions are `api.state.operator_sessions`."""
     views = Views(app.store)
     sessions = OperatorSessions()
     throttle = LoginThrottle()
@@ -111,6 +112,44 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         return door.done(request, note, batch_path(batch_id) if back else "/operator")
 
     add_batch_pages(api, app, door)
+
+    async def act(request: Request, action: Callable[[], str], where: str) -> Response:
+        """A form's action: refused without a session and its CSRF token; else run (in a
+        thread), its note shown on the page it goes back to."""
+        refused = await door.refusal(request)
+        if refused is not None:
+            return refused
+        note = await run_in_threadpool(action)
+        return door.done(request, note, where)
+
+    @api.post("/operator/batches/{batch_id}/retry", include_in_schema=False)
+    async def retry(batch_id: str, request: Request) -> Response:
+        def retried() -> str:
+            try:
+                receipt = app.retries.retry(batch_id)
+            except DropboxEvalError as exc:
+                return f"{batch_id}: not retried: {exc}"
+            new, count = receipt["batch_id"], receipt["task_count"]
+            return f"{batch_id}: retried by batch {new} ({count} tasks)"
+
+        back = (await form_of(request)).get("back") == "batch"
+        return await act(request, retried, batch_path(batch_id) if back else "/operator")
+
+    @api.post("/operator/pause", include_in_schema=False)
+    async def pause(request: Request) -> Response:
+        return await act(
+            request,
+            lambda: f"intake paused since {app.pause.pause(by='operator page')['since']}",
+            "/operator",
+        )
+
+    @api.post("/operator/resume", include_in_schema=False)
+    async def resume(request: Request) -> Response:
+        return await act(
+            request,
+            lambda: "intake resumed" if app.pause.resume() else "intake was not paused",
+            "/operator",
+        )
 
 
 KEY_IN_URL = (

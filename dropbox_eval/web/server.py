@@ -47,12 +47,49 @@ def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
     @api.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
         result = await run_in_threadpool(health.readiness)
-        body = {"ok": result.ready, "checks": result.checks}
+        body = {"ok": result.ready, "checks": result.checks} | app.pause.view()
+        if body["paused"]:  # held on purpose: still ready, and says so
+            body["message"] = f"paused since {body['paused_since']}"
         return JSONResponse(body, status_code=200 if result.ready else 503)
 
+    add_pause_routes(api, app)
     add_operator_page(api, app, health)
     api.add_middleware(SecurityHeaders)
     return api
+
+
+def add_pause_routes(api: FastAPI, app: App) -> None:
+    """`GET|POST /api/eval/pause`, `POST /api/eval/resume`: the operator's (Bearer
+    SAAS_EVAL_OPERATOR_KEY; a client's API key is not enough)."""
+
+    def refused(request: Request) -> JSONResponse | None:
+        if key_matches(_bearer(request), app.settings.operator_key):
+            return None
+        body = {
+            "ok": False,
+            "reason": "unauthorized",
+            "message": "pause and resume need Authorization: Bearer <SAAS_EVAL_OPERATOR_KEY>",
+        }
+        return JSONResponse(body, 401, headers={"WWW-Authenticate": "Bearer"})
+
+    @api.get("/api/eval/pause", include_in_schema=False)
+    def paused(request: Request) -> JSONResponse:
+        return refused(request) or JSONResponse({"ok": True, **app.pause.view()})
+
+    @api.post("/api/eval/pause", include_in_schema=False)
+    def pause(request: Request) -> JSONResponse:
+        if (answer := refused(request)) is not None:
+            return answer
+        app.pause.pause(by="api")
+        return JSONResponse({"ok": True, **app.pause.view()})
+
+    @api.post("/api/eval/resume", include_in_schema=False)
+    def resume(request: Request) -> JSONResponse:
+        if (answer := refused(request)) is not None:
+            return answer
+        ended = app.pause.resume()
+        body = {"ok": True, **app.pause.view(), "was_paused_since": (ended or {}).get("since")}
+        return JSONResponse(body)
 
 
 def _bearer(request: Request) -> str | None:

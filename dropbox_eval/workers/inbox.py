@@ -54,7 +54,8 @@ class InboxWorker:
                 if time.monotonic() >= next_scan:
                     self.rescan()
                     next_scan = time.monotonic() + self.app.settings.rescan_interval
-                self.take_ready()
+                if self.app.pause.since() is None:  # paused: files wait, still tracked
+                    self.take_ready()
                 self.wake.wait(FAST_TICK_SECONDS if self.tracker.pending() else TICK_SECONDS)
                 self.wake.clear()
         finally:

@@ -41,6 +41,7 @@ class ForgeWorker:
         self.opener = opener or OpenWorker(app, report)  # where unopened batches go
         self.on_full = on_full  # the state check, run before each full reconciliation
         self.cycles = 0
+        self.now = threading.Event()  # set: the next cycle starts at once (a resume)
         self.pool = KeyedPool(POOL_SIZE, "forge")  # a repo that hangs holds its own visit
         # one repo per batch: a cross-repo search finds the repos that changed
         self.scout = None if app.settings.repo else ChangeScout(app)
@@ -51,7 +52,8 @@ class ForgeWorker:
         try:
             next_cycle = time.monotonic()
             while not self.stop.is_set():
-                if time.monotonic() >= next_cycle:
+                if time.monotonic() >= next_cycle or self.now.is_set():
+                    self.now.clear()
                     guarded("poll cycle", self.report, self.cycle)
                     on_cycle()
                     next_cycle = time.monotonic() + self.app.settings.poll_interval
