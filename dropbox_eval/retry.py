@@ -120,6 +120,7 @@ class Retries:
         window = max(60, min(window, settings.max_completion_window))
         return BatchFile(
             client_id=old.client_id,
+            batch_ref=None,  # a ref names the first drop: the retry's duplicate is the retry
             callback_url=old.callback_url,
             completion_window=window,
             tasks=tasks,
