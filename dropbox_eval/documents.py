@@ -120,7 +120,7 @@ class ErrorFile(Filing):
     OMITTED: ClassVar[tuple[str, ...]] = (
         "filed_as",
         *("field", "errors", "limit", "line", "column", "byte"),
-        *("client_id", "cost", "balance", "available", "batch_id", "status"),
+        *("client_id", "cost", "balance", "available", "batch_id", "status", "retried_by"),
     )
 
     ok: Literal[False]
@@ -138,8 +138,9 @@ class ErrorFile(Filing):
     cost: int | None = Field(None, description="unfunded: what the batch costs")
     balance: int | None = None
     available: int | None = None
-    batch_id: str | None = Field(None, description="unknown_batch, not_running")
-    status: BatchStatus | None = Field(None, description="not_running: how it ended")
+    batch_id: str | None = Field(None, description="unknown_batch, not_running, use_retry")
+    status: BatchStatus | None = Field(None, description="not_running, use_retry: how it ended")
+    retried_by: str | None = Field(None, description="use_retry: the batch's retry, if any")
 
 
 def receipt_for(fields: dict[str, Any]) -> BatchReceipt | CancelReceipt:

@@ -38,6 +38,7 @@ RejectionReason = Literal[
     "symlink",
     "unknown_batch",
     "not_running",
+    "use_retry",
 ]
 REJECTION_REASONS: tuple[str, ...] = get_args(RejectionReason)
 """Every reason a dropped file is rejected for (README "File protocol" lists each)."""
