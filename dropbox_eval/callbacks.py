@@ -130,8 +130,8 @@ class CallbackPolicy:
     def check_unresolved(self, url: str) -> None:
         """What `check` refuses without looking a name up: the URL's form, and an address
         written in it (`dropbox-eval validate`, away from the service's network)."""
-        if _is_ip(_parse(url).host):
-            self.check(url)  # the host is the address: nothing is resolved
+        if _looked_up_locally(_parse(url).host):
+            self.check(url)  # an address in any spelling, or localhost: no DNS is asked
 
     def allows(self, address: IPAddress) -> bool:
         """Whether the policy lets a connection reach `address` (allow-list or public)."""
@@ -203,6 +203,20 @@ def _parse(url: str) -> CallbackTarget:
 def _is_host_name(host: str) -> bool:
     name = host[:-1] if host.endswith(".") else host
     return len(name) <= 253 and all(_LABEL_RE.match(label) for label in name.split("."))
+
+
+def _looked_up_locally(host: str) -> bool:
+    """Hosts whose addresses need no DNS: an address in any form the C resolver reads as
+    one (`127.1`, `0x7f000001`, `2130706433`, with a trailing dot or not) and `localhost`
+    and its subdomains (RFC 6761)."""
+    name = host.rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        socket.getaddrinfo(name, None, flags=socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return False
+    return True
 
 
 def _is_ip(host: str) -> bool:

@@ -42,11 +42,13 @@ class Pause:
         """The pause file's content (`since`, `by`), or None when not paused. A file that
         cannot be parsed still pauses (it was written to pause): `since` is then unknown."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        with contextlib.suppress(ValueError):
-            found = json.loads(text)
+        except OSError as exc:  # a folder, another user's 0600 file: still a pause, not a crash
+            return {"since": f"unknown (unreadable pause file: {exc.strerror or exc})"}
+        with contextlib.suppress(ValueError):  # bad JSON or bad UTF-8
+            found = json.loads(raw)
             if isinstance(found, dict):
                 return found
         return {"since": "unknown (unreadable pause file)"}
@@ -65,8 +67,12 @@ class Pause:
         listeners of this process at once (the service's workers wake up)."""
         with self._lock:
             record = self.record()
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.path.unlink()
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:  # an operator's `mkdir paused.json` pauses too
+                self.path.rmdir()
         for listener in list(self._listeners):
             listener()
         return record

@@ -107,10 +107,12 @@ def _check(path: Path, settings: Settings, folder_client: str | None) -> Verdict
     kind = NAMES.kind(name)
     if kind is not NameKind.CANDIDATE:
         raise Unread(_UNREAD_NAMES[kind])
+    if folder_client is not None and not NAMES.is_client_folder(folder_client):
+        raise Unread(f"files in a folder named {folder_client!r} are never read by the inbox")
+    raw = _read(path, settings.max_file_bytes)  # a cancel file too: the inbox reads it first
     if CANCEL_RE.match(name):
         batch_id, client_id = cancel_target(name, folder_client)
         return Verdict(path, client_id=client_id, cancel_of=batch_id)
-    raw = _read(path, settings.max_file_bytes)
     batch, client_id = read_drop(
         raw, folder_client, max_bytes=settings.max_file_bytes, max_tasks=settings.max_tasks
     )

@@ -16,9 +16,11 @@ from conftest import Cli, isolated_cli, read_json, serving, settings_on, wait_fo
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.callbacks import CallbackPolicy
+from dropbox_eval.errors import BatchRejected
 from dropbox_eval.sandbox import SandboxForge
 
 ROOT = Path(__file__).resolve().parent.parent
+MINIMAL = ROOT / "examples" / "valid" / "minimal.json"
 VALID = sorted((ROOT / "examples" / "valid").glob("*.json"))
 INVALID = sorted((ROOT / "examples" / "invalid").glob("*.json"))
 TASK_COUNTS = {"minimal": 1, "callback": 2, "acceptance": 2, "large": 1000}
@@ -165,3 +167,37 @@ def test_validate_and_the_inbox_say_the_same_of_a_bad_file_name(app: App, tmp_pa
     outcome = app.inbox.process(app.settings.inbox_path / name)
     assert outcome.status == "rejected" and outcome.document["reason"] == "invalid_name"
     assert f"{name}: {outcome.document['message']}" == line
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.1:8080/cb",
+        "http://2130706433/",
+        "http://0x7f000001/",
+        "http://0177.0.0.1/",
+        "http://0/",
+        "http://localhost/",
+        "http://hooks.localhost./cb",
+    ],
+)
+def test_validate_refuses_every_spelling_of_an_address_the_service_refuses(
+    tmp_path: Path, url: str
+) -> None:
+    document = {"client_id": "acme", "callback_url": url, "tasks": read_json(MINIMAL)["tasks"]}
+    (tmp_path / "b.json").write_text(json.dumps(document), encoding="utf-8")
+    done = validate(str(tmp_path / "b.json"))
+    assert done.returncode == 1 and "refused" in done.stdout, done.stdout
+    with pytest.raises(BatchRejected) as refused:  # the service's own check of the same URL
+        CallbackPolicy().check(url)
+    assert refused.value.reason == "callback_refused"
+
+
+def test_validate_reads_a_cancel_file_and_knows_the_folders_never_read(tmp_path: Path) -> None:
+    cancel = tmp_path / "cancel-20261201-000000-000abcdef.json"
+    cancel.write_bytes(b" " * 2048)
+    big = validate("--client", "acme", str(cancel), SAAS_EVAL_MAX_FILE_BYTES="1024")
+    assert big.returncode == 1 and "1024" in big.stdout, big.stdout  # too large, as the inbox
+    for folder in ("accepted", "rejected", ".hidden"):
+        unread = validate("--client", folder, str(MINIMAL))
+        assert unread.returncode == 1 and "never read" in unread.stdout, unread.stdout

@@ -188,3 +188,53 @@ def test_the_pause_api_is_the_operators_only(app: App) -> None:
         resumed = call("POST", "/api/eval/resume", KEY).json()
         assert resumed["paused"] is False and resumed["was_paused_since"] == paused["paused_since"]
         assert not (app.settings.state_path / "paused.json").exists()
+
+
+@pytest.mark.parametrize("spoiled", ["bad bytes", "a folder"])
+def test_an_unreadable_pause_file_still_pauses_and_resume_clears_it(
+    home: Home, spoiled: str
+) -> None:
+    pause_file = home.home / "state" / "paused.json"
+    pause_file.parent.mkdir(parents=True, exist_ok=True)
+    if spoiled == "a folder":
+        pause_file.mkdir()
+    else:
+        pause_file.write_bytes(b"\xff\xfe{")
+    status = home.run("status", "--json")  # exit 3: no service runs here
+    assert "Traceback" not in status.stderr, status.stderr  # a pause, not a crash
+    assert json.loads(status.stdout)["paused"] is True
+    assert "unknown" in json.loads(status.stdout)["paused_since"]
+    resumed = home.run("resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert not pause_file.exists()
+
+
+def test_wrong_keys_on_the_pause_api_are_throttled_like_the_sign_in(app: App) -> None:
+    app.settings.operator_key = KEY
+    with served(app) as url:
+        answers = [
+            requests.post(
+                f"{url}/api/eval/pause",
+                headers={"Authorization": f"Bearer wrong-{n}"},
+                timeout=PATIENCE,
+            )
+            for n in range(8)
+        ]
+        codes = [a.status_code for a in answers]
+        assert codes[0] == 401 and 429 in codes, codes
+        closed = answers[codes.index(429)]
+        assert closed.json()["reason"] == "too_many_attempts" and closed.headers["Retry-After"]
+        right = requests.post(
+            f"{url}/api/eval/pause", headers={"Authorization": f"Bearer {KEY}"}, timeout=PATIENCE
+        )
+        assert right.status_code == 429  # the address waits, whatever key it sends
+    assert not (app.settings.state_path / "paused.json").exists()
+
+
+def test_the_pause_api_says_when_no_operator_key_is_set(app: App) -> None:
+    app.settings.operator_key = None
+    with served(app) as url:
+        answer = requests.post(
+            f"{url}/api/eval/pause", headers={"Authorization": "Bearer x"}, timeout=PATIENCE
+        )
+    assert answer.status_code == 503 and answer.json()["reason"] == "not_configured"

@@ -52,10 +52,13 @@ def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
             body["message"] = f"paused since {body['paused_since']}"
         return JSONResponse(body, status_code=200 if result.ready else 503)
 
+    add_operator_page(api, app, health)  # first: its sign-in throttle guards the pause too
     add_pause_routes(api, app)
-    add_operator_page(api, app, health)
     api.add_middleware(SecurityHeaders)
     return api
+
+
+NO_OPERATOR_KEY = "pause and resume need SAAS_EVAL_OPERATOR_KEY set on the service"
 
 
 def add_pause_routes(api: FastAPI, app: App) -> None:
@@ -63,7 +66,20 @@ def add_pause_routes(api: FastAPI, app: App) -> None:
     SAAS_EVAL_OPERATOR_KEY; a client's API key is not enough)."""
 
     def refused(request: Request) -> JSONResponse | None:
+        """None when the operator's key came; the sign-in throttle counts each try, so the
+        key cannot be guessed here faster than on the page's sign-in form."""
+        if not app.settings.operator_key:
+            body = {"ok": False, "reason": "not_configured", "message": NO_OPERATOR_KEY}
+            return JSONResponse(body, 503)
+        throttle = api.state.login_throttle
+        source = request.client.host if request.client else "-"
+        wait = throttle.attempt(source)
+        if wait:
+            message = f"too many wrong keys from your address: try again in {wait} s"
+            body = {"ok": False, "reason": "too_many_attempts", "message": message}
+            return JSONResponse(body, 429, headers={"Retry-After": str(wait)})
         if key_matches(_bearer(request), app.settings.operator_key):
+            throttle.succeeded(source)
             return None
         body = {
             "ok": False,
