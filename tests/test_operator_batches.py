@@ -76,7 +76,7 @@ def test_the_batch_page_shows_tasks_links_attempts_and_delivery(
     assert "Delivery: waiting" in page.text and "the outbox" in page.text
     assert 'action="/operator/batches/' + batch_id + '/cancel"' in page.text
     assert 'http-equiv="refresh"' in page.text  # a running batch's page follows it
-    assert "/retry" not in page.text  # the Retry button's place is kept for issue 22's retry
+    assert "/retry" not in page.text  # Retry is for failed or expired batches
 
     overview = session.get(f"{url}/operator", timeout=30)
     assert f'<a href="/operator/batches/{batch_id}">' in overview.text
@@ -247,3 +247,25 @@ def test_a_filter_few_rows_pass_stops_reading_at_its_oldest_match() -> None:
     assert newest_page([], newest_first(), failed, limit=5, matches=0) == [] and read == []
     unknown = newest_page([], newest_first(), failed, limit=5)  # no count: the whole archive
     assert len(unknown) == 2 and len(read) == 1000
+
+
+def test_a_failed_batch_offers_retry_and_finishes_one_a_crash_interrupted(
+    app: App, forge: SandboxForge, funded: str, signed: Signed
+) -> None:
+    url, session, csrf = signed
+    batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
+    app.lifecycle.fail(batch_id, "the forge refused the request")
+    path = f"{url}/operator/batches/{batch_id}"
+    assert f'action="/operator/batches/{batch_id}/retry"' in session.get(path, timeout=30).text
+    reserved = "20990101-000000-000abcdef"  # what a kill after retry's first write leaves
+    app.store.update_batch(batch_id, retried_by=reserved)
+    page = session.get(path, timeout=30).text
+    assert f"/{batch_id}/retry" in page and "interrupted" in page and 'id="retried-by"' not in page
+    overview = session.get(f"{url}/operator", timeout=30).text
+    assert f'action="/operator/batches/{batch_id}/retry"' in overview
+    done = session.post(f"{path}/retry", data={"csrf": csrf, "back": "batch"}, timeout=30)
+    assert done.status_code == 200 and f"retried by batch {reserved}" in done.text
+    assert app.store.get_batch(reserved).retry_of == batch_id
+    page = session.get(path, timeout=30).text
+    assert 'id="retried-by"' in page and f'href="/operator/batches/{reserved}"' in page
+    assert f"/{batch_id}/retry" not in page

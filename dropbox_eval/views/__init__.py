@@ -126,7 +126,16 @@ class Views:
     ) -> dict[str, Any]:
         """One batch with its tasks (`batch`) and links to its repo, issues and pull
         requests on the forge at `forge_url` (links.py)."""
-        return with_forge_links(self.batch(batch_id, client_id=client_id), forge_url)
+        view = with_forge_links(self.batch(batch_id, client_id=client_id), forge_url)
+        return self.mark_pending_retry(view)
+
+    def mark_pending_retry(self, view: dict[str, Any]) -> dict[str, Any]:
+        """`retry_pending` on a batch view whose `retried_by` names a retry a crash stopped
+        before it was recorded (retry.py reserves the id first): the page then offers Retry
+        again, which finishes it under that id, instead of a link to nothing."""
+        retry = view.get("retried_by")
+        view["retry_pending"] = bool(retry) and not self.store.is_recorded(str(retry))
+        return view
 
     def count(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status, for everyone or one client (the index alone)."""

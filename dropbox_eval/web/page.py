@@ -165,7 +165,7 @@ def _view(views: Views, health: Health) -> dict[str, Any]:
     overview = views.overview()
     return {
         "in_flight": overview.in_flight,
-        "ended_badly": overview.ended_badly,
+        "ended_badly": [views.mark_pending_retry(dict(b)) for b in overview.ended_badly],
         "undelivered": overview.undelivered,
         "rejections": views.rejections(20),
         "clients": overview.clients,
