@@ -152,17 +152,20 @@ class Lifecycle(UsesForge):
         self, batch_id: str, status: BatchStatus, failure: str | None = None
     ) -> BatchRecord:
         why = WHY[status].format(failure=failure)
-        tasks = self.store.get_tasks(batch_id)
         change = ended(ABORTED_TASK[status], why)
-        self.store.update_tasks(  # a task the lane closed keeps the result read so far
-            batch_id,
-            {
-                t.task_id: settled(t.settling) if t.settling else change
-                for t in tasks
-                if not t.status.is_finished
-            },
-        )
-        return self.close(batch_id, self.store.get_tasks(batch_id), status, failure=failure)
+        # under the store lock from the tasks' end to the batch's: a poll that read them all
+        # finished in between would close the batch `completed` first (the close is once)
+        with self.store.locked():
+            tasks = self.store.get_tasks(batch_id)
+            self.store.update_tasks(  # a task the lane closed keeps the result read so far
+                batch_id,
+                {
+                    t.task_id: settled(t.settling) if t.settling else change
+                    for t in tasks
+                    if not t.status.is_finished
+                },
+            )
+            return self.close(batch_id, self.store.get_tasks(batch_id), status, failure=failure)
 
     def _close_open_issues(self, batch_id: str, status: BatchStatus, failure: str | None) -> None:
         """Keep what the lane finished, then comment, label and close every open issue."""

@@ -131,7 +131,9 @@ class ForgeWorker:
             if not batch.intake_done:  # the opener creates what is missing; the issues
                 self.opener.offer(batch_id, batch.client_id)  # it has are polled meanwhile
             to_poll.append(batch_id)
-            if batch.attempts or batch.next_attempt_at is not None:
+            # a listing that works says nothing of an opening that keeps failing: only the
+            # opener's own success forgets its failures
+            if batch.intake_done and (batch.attempts or batch.next_attempt_at is not None):
                 failing.append(batch_id)
         if not to_poll:
             return
