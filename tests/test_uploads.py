@@ -188,9 +188,11 @@ def move_in_with_old_mtime(path: Path, data: bytes, staging: Path) -> None:
 def test_every_upload_pattern_is_accepted_exactly_once(
     tmp_path: Path, forge: SandboxForge, polling: bool
 ) -> None:
-    # in-place writers pause 0.15 s between chunks: a quiet period of 0.5 s keeps a 3x
-    # margin on a loaded machine (with 0 s, sftp/smb/copied files are read half-written)
-    app = build_app(_settings(tmp_path / "home", forge, quiet_period=0.5))
+    # in-place writers pause 0.15 s between chunks, and a writer thread shares the GIL
+    # with the service's: 0.5 s (3x) was passed in a CI run at 4 workers, and a half-written
+    # smb.json read; 3 s keeps a 20x margin (with 0 s, sftp/smb/copied files are read
+    # half-written: the quiet period is the only signal an in-place writer gives)
+    app = build_app(_settings(tmp_path / "home", forge, quiet_period=3.0))
     app.billing.add_client("acme", 100)
     inbox = app.inbox.root
     (inbox / "acme").mkdir()
