@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import resource
 import signal
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ class Stack:
     acme: str = "acme"
     other: str = "other"
     suffix: str = ""  # of the clients `add_client` adds: the test's number on a view
+    seats_taken: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def folder(self, client: str | None = None) -> Path:
         return self.home / "inbox" / (client or self.acme)
@@ -70,10 +72,11 @@ class Stack:
         self.keys[client] = self.keys[key]
         return client
 
-    def own_clients(self, number: int) -> Stack:
-        """This stack as test `number` sees it: `acme` and `other` are new clients of its own,
-        `acme<number>` and `other<number>` (keys "acme" and "other"), in the folders that
-        `running_stack(seats=...)` made before the service started."""
+    def own_clients(self) -> Stack:
+        """This stack as the next test sees it: `acme` and `other` are new clients of its
+        own, `acme<number>` and `other<number>` (keys "acme" and "other"), in the folders
+        that `running_stack(seats=...)` made before the service started."""
+        number = next(self.seats_taken)
         view = dataclasses.replace(self, keys=dict(self.keys), suffix=str(number))
         for name in OWN_CLIENTS:
             assert view.folder(f"{name}{number}").is_dir(), "more tests than seats"
@@ -139,7 +142,7 @@ def running_stack(
     """The service and the endpoint on `home`, with the same `settings` (the endpoint reads
     them from its environment); each of `clients` has 0 credits and its own key, and
     `stranger` a key nobody accepts. `seats`: how many tests share the stack, each with
-    clients of its own (`Stack.own_clients(1)` ... `own_clients(seats)`)."""
+    clients of its own (`Stack.own_clients()`, once per test)."""
     env = {f"SAAS_EVAL_{name.upper()}": str(value) for name, value in settings.items()}
     with SandboxForge(port=0) as forge:
         app = build_app(settings_on(forge, home, **settings))

@@ -13,7 +13,6 @@ so the per-address failure limit of one test never locks out another.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -68,16 +67,10 @@ def endpoint(
         yield running
 
 
-@pytest.fixture(scope="module")
-def numbers() -> Iterator[int]:
-    """The tests' numbers on the module's endpoint."""
-    return itertools.count(1)
-
-
 @pytest.fixture
-def stack(endpoint: Stack, numbers: Iterator[int]) -> Stack:
+def stack(endpoint: Stack) -> Stack:
     """The endpoint as this test sees it: `acme` and `other` are new clients of its own."""
-    return endpoint.own_clients(next(numbers))
+    return endpoint.own_clients()
 
 
 def batch_json(client: str, name: str, count: int = 1) -> bytes:

@@ -8,7 +8,6 @@ another client, and names with control characters never reach a log line raw.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,17 +63,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def numbers() -> Iterator[int]:
-    """The numbers of the tests that take clients of their own on the module's stack."""
-    return itertools.count(1)
-
-
 @pytest.fixture
-def own(stack: Stack, numbers: Iterator[int]) -> Stack:
+def own(stack: Stack) -> Stack:
     """The stack with `acme` and `other` new clients of this test's own: what it lists in
     their folders no other test has touched."""
-    return stack.own_clients(next(numbers))
+    return stack.own_clients()
 
 
 def batch_json(client: str, ref: str) -> bytes:
