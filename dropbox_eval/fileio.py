@@ -50,9 +50,9 @@ def write_at(
     crashpoints.wrote(name)
 
 
-def write_atomically(path: Path, text: str, *, mode: int = PRIVATE_MODE) -> None:
-    """Write `text` to `path` atomically (see `write_at`, `mode` too), creating the folder if
-    needed.
+def write_atomically(path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE) -> None:
+    """Write `text` (UTF-8 when a str) to `path` atomically (see `write_at`, `mode` too),
+    creating the folder if needed.
 
     The temp name is random here: several processes may write files in one state folder.
     """
@@ -62,7 +62,7 @@ def write_atomically(path: Path, text: str, *, mode: int = PRIVATE_MODE) -> None
         write_at(
             folder_fd,
             path.name,
-            text.encode("utf-8"),
+            text.encode("utf-8") if isinstance(text, str) else text,
             tmp=f".{path.name}.{secrets.token_hex(4)}.tmp",
             mode=mode,
         )

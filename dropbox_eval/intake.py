@@ -168,22 +168,50 @@ class Intake(UsesForge):
         check_claims(batch, client_id, self.settings.max_tasks)
         if batch.callback_url:
             self.policy.check(batch.callback_url)
-        with self.store.locked():
-            existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
-            if existing:
-                earlier = self.store.get_batch(existing)
-                if _own_unfiled(earlier, source, sha256):
-                    return Recorded(earlier)
-                refuse_redrop(earlier)  # a failed or expired batch: `retry` is the way
-                return Recorded(earlier, duplicate=True)
-            cost = self.billing.check_funded(client_id, len(batch.tasks))
-            record = self.new_record(batch, client_id, cost, source, sha256)
-            return Recorded(record, self.create(record, batch))
+        if self.store.find_batch(
+            client_id, sha256=sha256, batch_ref=batch.batch_ref, keys_only=True
+        ):
+            with self.store.locked():  # a known duplicate: nothing to stage
+                found = self._earlier(batch, client_id, source, sha256)
+                if found is not None:
+                    return found
+        cost = self.billing.check_funded(client_id, len(batch.tasks))  # before any write
+        record = self.new_record(batch, client_id, cost, source, sha256)
+        tasks = self.task_records(record, batch)
+        with self.store.staged_batch(record, tasks) as commit, self.store.locked():
+            found = self._earlier(batch, client_id, source, sha256)
+            if found is not None:  # the staged files are removed
+                return found
+            self.billing.check_funded(client_id, len(batch.tasks))  # again, under the lock
+            commit(self.billing.hold_entry(client_id, cost, record.batch_id))
+        return Recorded(record, tasks)
+
+    def _earlier(
+        self, batch: BatchFile, client_id: str, source: str | None, sha256: str | None
+    ) -> Recorded | None:
+        """The batch this drop already is (a duplicate, or itself resumed after a crash),
+        a refusal of a re-drop, or None; under the store lock."""
+        existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
+        if not existing:
+            return None
+        earlier = self.store.get_batch(existing)
+        if _own_unfiled(earlier, source, sha256):
+            return Recorded(earlier)
+        refuse_redrop(earlier)  # a failed or expired batch: `retry` is the way
+        return Recorded(earlier, duplicate=True)
 
     def create(self, record: BatchRecord, batch: BatchFile) -> list[TaskRecord]:
-        """Store a new batch: its tasks, its record, then its index row with its hold (the
-        commit, Store.create_batch); returns its tasks. Under the store's lock."""
-        tasks = [
+        """Store a new batch: its tasks and record, then its index row with its hold (the
+        commit, Store.create_batch); returns its tasks."""
+        tasks = self.task_records(record, batch)
+        hold = self.billing.hold_entry(record.client_id, record.cost, record.batch_id)
+        self.store.create_batch(record, tasks, hold)
+        return tasks
+
+    @staticmethod
+    def task_records(record: BatchRecord, batch: BatchFile) -> list[TaskRecord]:
+        """The new batch's tasks, as stored."""
+        return [
             TaskRecord(
                 task_id=t.task_id,
                 batch_id=record.batch_id,
@@ -193,9 +221,6 @@ class Intake(UsesForge):
             )
             for t in batch.tasks
         ]
-        hold = self.billing.hold_entry(record.client_id, record.cost, record.batch_id)
-        self.store.create_batch(record, tasks, hold)
-        return tasks
 
     def new_record(
         self,

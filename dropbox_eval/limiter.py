@@ -4,6 +4,14 @@ timeouts, and a pause for a `Retry-After` (AIMD, as TCP and Netflix's concurrenc
 do). The sandbox forge never errors under load, so latency alone must be able to stop the
 climb.
 
+"Near the lowest" compares the recent latency (a moving average: one slow call is not a
+trend) with the lowest seen, the forge's floor. A floor that drifted up with the calls
+would let the budget climb with the queue it builds, so the floor moves only when it is
+measured again, as BBR does: when no call has come near it for `PROBE_EVERY` seconds, the
+budget is halved for two round trips (`probe`), the calls then meet no queue, and the
+lowest of them is the floor from then on. A forge that queues shows its old floor again;
+one that has become slower for good shows its new one, and the budget climbs from there.
+
 After an overload (5xx, 429, a timeout: often a restart or a short outage, not a slower
 forge) the budget climbs back as TCP's slow start does: by one per good call, doubling
 every round trip, until it is back at half the budget it had before the overload, then by
@@ -17,10 +25,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-TOLERANCE = 2.0  # a latency up to this multiple of the lowest seen is "near" it
+TOLERANCE = 2.0  # a recent latency up to this multiple of the lowest is "near" it
 DECREASE = 0.8  # the factor of a backoff on rising latency
 OVERLOAD_DECREASE = 0.5  # the factor of a backoff on 5xx, 429 or a timeout
-DRIFT = 0.002  # how fast the lowest latency seen forgets (a slower forge becomes normal)
+SMOOTHING = 0.25  # the weight of the newest call in the recent latency
+PROBE_EVERY = 10.0  # seconds without a call near the floor before it is measured again
+NEAR_FLOOR = 1.25  # a latency up to this multiple of the floor confirms it
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,10 @@ class Limiter:
         self.floor = max(1, floor)
         self.ceiling = max(self.floor, ceiling)
         self._limit = float(min(max(initial, self.floor), self.ceiling))
-        self._lowest: float | None = None
+        self._lowest: float | None = None  # the forge's floor
+        self._confirmed_at = clock()  # when a call last came near the floor
+        self._probe: _Probe | None = None
+        self._recent: float | None = None
         self._recover_to: float | None = None  # slow start's end after an overload
         self._calm_after = 0.0  # no second decrease before the calls already out come back
         self._paused_until = 0.0
@@ -63,7 +76,7 @@ class Limiter:
 
     @property
     def lowest_latency(self) -> float | None:
-        """The lowest latency seen (drifting up slowly)."""
+        """The forge's floor: the lowest latency seen, or measured by the last probe."""
         return self._lowest
 
     def paused_for(self) -> float:
@@ -78,6 +91,8 @@ class Limiter:
             if outcome.retry_after:
                 self._paused_until = max(self._paused_until, now + outcome.retry_after)
             if outcome.overloaded:
+                if self._probe is not None:  # no floor to measure in an outage
+                    self._limit, self._probe = self._probe.limit, None
                 if self._recover_to is None:  # the first of an overload: where to get back
                     self._recover_to = self._limit * OVERLOAD_DECREASE
                 self._decrease(OVERLOAD_DECREASE, now, outcome.latency)
@@ -88,17 +103,39 @@ class Limiter:
             self._on_change(after)
 
     def _learn_latency(self, latency: float, in_flight: int, now: float) -> None:
-        lowest = self._lowest
-        if lowest is None or latency < lowest:
+        recent = latency if self._recent is None else self._recent
+        self._recent = recent + (latency - recent) * SMOOTHING
+        if self._probe is not None:
+            self._probing(latency, now)
+            return
+        if self._lowest is None or latency < self._lowest:
             self._lowest = latency
-            lowest = latency
-        else:
-            self._lowest = lowest + (latency - lowest) * DRIFT
-        if latency > TOLERANCE * lowest:
+        if latency <= NEAR_FLOOR * self._lowest:
+            self._confirmed_at = now
+        elif now - self._confirmed_at > PROBE_EVERY:
+            self._start_probe(latency, now)
+            return
+        if self._recent > TOLERANCE * self._lowest:
             self._recover_to = None
             self._decrease(DECREASE, now, latency)
         elif in_flight >= self._limit - 1:  # only a budget in use says anything about it
             self._limit = min(float(self.ceiling), self._limit + self._step())
+
+    def _start_probe(self, latency: float, now: float) -> None:
+        """Halve the budget for two round trips: the calls sent meanwhile meet no queue."""
+        self._probe = _Probe(self._limit, now + 2 * max(latency, self._recent or 0.0), latency)
+        self._limit = max(float(self.floor), self._limit * 0.5)
+
+    def _probing(self, latency: float, now: float) -> None:
+        probe = self._probe
+        assert probe is not None
+        probe.lowest = min(probe.lowest, latency)
+        if now < probe.until:
+            return
+        self._probe = None
+        self._lowest, self._recent = probe.lowest, probe.lowest
+        self._confirmed_at = now
+        self._limit = probe.limit  # the budget of before: the floor decides from here
 
     def _step(self) -> float:
         if self._recover_to is not None and self._limit < self._recover_to:
@@ -111,3 +148,13 @@ class Limiter:
             return
         self._limit = max(float(self.floor), self._limit * factor)
         self._calm_after = now + max(latency, self._lowest or 0.0)
+
+
+@dataclass
+class _Probe:
+    """A measurement of the floor under way: the budget to go back to, when it ends, and
+    the lowest latency seen so far."""
+
+    limit: float
+    until: float
+    lowest: float

@@ -108,6 +108,8 @@ class StateCheck:
                 return [_gone(batch_id)] if rows else []
             subject = f"batch {batch_id}"
             if not rows:
+                if self.store.being_staged(batch_id):  # an intake before its commit
+                    return []
                 return [self._unnamed(subject, batch, repair)]
             findings = []
             if summary_row(batch) != rows[0]:

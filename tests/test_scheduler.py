@@ -106,6 +106,41 @@ def test_rising_latency_ends_a_slow_start() -> None:
     assert limiter.limit == 16
 
 
+def _queueing_forge(limiter: Limiter, clock: Clock, seconds: float, floor: float) -> list[int]:
+    """Drive `limiter` against a forge that serves 16 calls at once in `floor` s each and
+    queues the rest (latency grows with the calls in flight past 16); the budget after each
+    call, the budget fully used."""
+    limits = []
+    end = clock.now + seconds
+    while clock.now < end:
+        in_flight = limiter.limit
+        latency = floor * max(1.0, in_flight / 16)
+        limiter.record(Outcome(latency), in_flight=in_flight)
+        clock.now += latency / in_flight  # calls finish at in_flight / latency per second
+        limits.append(limiter.limit)
+    return limits
+
+
+def test_the_budget_settles_at_the_forges_knee_not_its_ceiling() -> None:
+    clock = Clock()
+    limiter = Limiter(initial=4, ceiling=64, clock=clock)
+    limits = _queueing_forge(limiter, clock, 120.0, floor=0.1)
+    settled = sorted(limits[len(limits) // 2 :])
+    assert settled[len(settled) // 4] >= 16  # the forge kept busy (but while probing)
+    assert settled[-1] <= 40  # not climbing to the ceiling as the queue grows
+    assert limiter.lowest_latency == pytest.approx(0.1)
+
+
+def test_a_forge_slower_for_good_becomes_the_new_normal() -> None:
+    clock = Clock()
+    limiter = Limiter(initial=4, ceiling=64, clock=clock)
+    _queueing_forge(limiter, clock, 30.0, floor=0.1)
+    limits = _queueing_forge(limiter, clock, 60.0, floor=0.4)  # four times slower, for good
+    assert limiter.lowest_latency == pytest.approx(0.4)
+    settled = sorted(limits[len(limits) // 2 :])
+    assert settled[len(settled) // 2] >= 20  # back at the knee, not held at the floor
+
+
 def test_every_exchange_runs_as_its_client() -> None:
     seen: list[str] = []
     scheduler = ForgeScheduler(Limiter(initial=2))

@@ -17,6 +17,7 @@ from dropbox_eval.app import App, build_app
 from dropbox_eval.billing import Billing
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import NotFoundError, StoreError
+from dropbox_eval.models import BatchFile
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.store import Store, append_lines
 
@@ -161,3 +162,41 @@ def test_intake_lease_excludes_a_second_holder(
         assert app.intake.open_issues(batch_id) == 0  # someone else is creating them
         assert forge.requests == []
     assert app.intake.open_issues(batch_id) == 3
+
+
+def test_a_batch_being_staged_is_left_alone_and_one_never_committed_leaves_no_file(
+    app: App, funded: str
+) -> None:
+    """Intake writes a batch's files before it takes the store lock for its commit: the
+    state check must not take them for a killed intake's leftovers meanwhile."""
+    store, intake = app.store, app.intake
+    spec = BatchFile.model_validate({"client_id": funded, "tasks": tasks(2)})
+    record = intake.new_record(spec, funded, 2, "inbox/acme/a.json", None)
+    with store.staged_batch(record, intake.task_records(record, spec)) as commit:
+        assert store.live_record_ids() == [record.batch_id] and store.live_rows() == []
+        assert store.being_staged(record.batch_id)
+        assert app.statecheck.run(repair=True) == []  # not a finding, nothing removed
+        assert not store.discard_unrecorded(record.batch_id)
+        assert store.live_record_ids() == [record.batch_id]
+        with store.locked():
+            commit(app.billing.hold_entry(funded, 2, record.batch_id))
+    assert not store.being_staged(record.batch_id)
+    assert app.billing.client(funded).held == 2
+    assert len(store.get_tasks(record.batch_id)) == 2
+
+    refused = intake.new_record(spec, funded, 2, "inbox/acme/b.json", None)
+    with store.staged_batch(refused, intake.task_records(refused, spec)):
+        pass  # a duplicate or a refusal found under the lock: no commit
+    assert store.live_record_ids() == [record.batch_id]
+    assert not (store.tasks.live / f"{refused.batch_id}.json").exists()
+    assert not (store.leases_dir / f"{refused.batch_id}.lock").exists()
+    assert app.statecheck.run(repair=False) == []
+
+
+def test_a_line_separator_inside_a_value_is_not_a_line_end(app: App, funded: str) -> None:
+    """The store writes UTF-8 JSON lines, so U+2028 and U+2029 appear as themselves."""
+    batch_id = app.intake.submit_batch(funded, tasks(1))["batch_id"]
+    task_id = app.store.get_tasks(batch_id)[0].task_id
+    url = "https://forge.example/issues/1#one\u2028two\u2029three"
+    app.store.update_tasks(batch_id, {task_id: {"issue_url": url}})
+    assert app.store.get_tasks(batch_id)[0].issue_url == url

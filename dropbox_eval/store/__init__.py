@@ -23,8 +23,9 @@ newest page from the end of an append-only file.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from typing import Any
@@ -51,30 +52,54 @@ class Store(BatchListing):
     def create_batch(
         self, batch: BatchRecord, tasks: list[TaskRecord], hold: LedgerEntry | None = None
     ) -> None:
-        """Write the tasks (one write for all) and the batch record, then its index row and
-        hold in one atomic write. Its duplicate keys follow (`write_keys`).
+        """Stage the batch's files, then commit its index row and hold (`staged_batch`);
+        under the store lock when the caller holds it (a retry), else taking it to commit."""
+        with self.staged_batch(batch, tasks) as commit, self.locked():
+            commit(hold)
 
-        The index write commits the intake: a crash before it leaves only unreferenced
-        files, never a batch without its hold, and the state check removes them
-        (`discard_unrecorded`); the drop is read again, or the API caller got no receipt.
-        The two files (and the batch's lease file) are written side by side, their fsyncs
-        overlapping: nothing reads them before the index names the batch.
+    @contextlib.contextmanager
+    def staged_batch(
+        self, batch: BatchRecord, tasks: list[TaskRecord]
+    ) -> Iterator[Callable[[LedgerEntry | None], None]]:
+        """Write a new batch's tasks and record (and its lease file), then yield `commit`,
+        which writes its index row and hold in one atomic write; the caller calls it under
+        the store lock, after its own checks. Its duplicate keys follow (`write_keys`).
+
+        The files are written before the store lock is taken, side by side, their fsyncs
+        overlapping: nothing reads them before the index names the batch, so concurrent
+        intakes queue on the lock only for the commit. The batch's lease is held meanwhile:
+        the state check leaves a batch whose lease is held alone (`being_staged`). Not
+        committed (a duplicate, a refusal, an error), the files are removed; a crash before
+        the commit leaves only unreferenced files, never a batch without its hold, and the
+        state check removes them (`discard_unrecorded`): the drop is read again, or the API
+        caller got no receipt.
         """
-        with self.locked():
-            rows = [_dump(t) for t in tasks]
-            beside = [
-                _BESIDE.submit(copy_context().run, self.tasks.create, batch.batch_id, rows),
-                _BESIDE.submit(copy_context().run, self._new_lease, batch.batch_id),
-            ]
-            try:
-                write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [_dump(batch)])
-            finally:
-                for future in beside:
-                    future.result()
+        committed = False
+
+        def commit(hold: LedgerEntry | None) -> None:
+            nonlocal committed
             with self._index_change() as data:
                 _insert(data["batches"], summary_row(batch))
                 if hold is not None:
                     _post(data, hold)
+            committed = True
+
+        self._new_lease(batch.batch_id)
+        with self.intake_lease(batch.batch_id, wait=-1):
+            try:
+                self._write_new_files(batch, tasks)
+                yield commit
+            finally:
+                if not committed:
+                    self._remove_batch_files(batch.batch_id)
+
+    def _write_new_files(self, batch: BatchRecord, tasks: list[TaskRecord]) -> None:
+        rows = [_dump(t) for t in tasks]
+        beside = _BESIDE.submit(copy_context().run, self.tasks.create, batch.batch_id, rows)
+        try:
+            write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [_dump(batch)])
+        finally:
+            beside.result()
 
     def write_keys(self, batch: BatchRecord, *, missing_only: bool = False) -> None:
         """Write a recorded batch's duplicate keys (sha256 of the bytes, batch_ref).
@@ -273,9 +298,9 @@ class Store(BatchListing):
 
 
 def _refresh_row(data: dict[str, dict[str, Any]], batch: BatchRecord) -> None:
-    for index_row in data["batches"].values():
-        if index_row["batch_id"] == batch.batch_id:
-            index_row.update(summary_row(batch))
+    for key, index_row in data["batches"].items():
+        if index_row["batch_id"] == batch.batch_id:  # replaced, not edited (`_writable`)
+            data["batches"][key] = {**index_row, **summary_row(batch)}
 
 
 def _count(table: dict[str, Any], batch: BatchRecord) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import threading
 import time
@@ -20,7 +21,7 @@ from ..locks import SharedLock
 from ..models import TaskRecord
 from ..secrecy import private_folder
 from .archive import Archive
-from .files import AtomicJSONStorage, unlink_quietly
+from .files import AtomicJSONStorage, ParsedFile, unlink_quietly
 from .tasks import Signature, TaskFiles
 
 STALE_TEMP_SECONDS = 300
@@ -46,6 +47,7 @@ class StoreBase:
         self._depth = 0  # holds of the lock by its holder (re-entrant)
         self._holder: int | None = None  # the thread holding it
         self._held_index: dict[str, dict[str, Any]] | None = None  # parsed in this hold
+        self._parsed_index = ParsedFile()
         self.record_locks_dir = state_dir / "record-locks"
         self._record_locks = [
             SharedLock(self.record_locks_dir / f"{n:02d}.lock") for n in range(RECORD_STRIPES)
@@ -83,8 +85,11 @@ class StoreBase:
                             tmp.unlink()
             live = {row["batch_id"] for row in self._live_rows()}
             for lease in self.leases_dir.glob("*.lock"):
-                if lease.stem not in live:
-                    unlink_quietly(lease)
+                if lease.stem in live:
+                    continue
+                with self.intake_lease(lease.stem) as free:
+                    if free:  # else an intake is staging that batch now
+                        unlink_quietly(lease)
 
     def _new_lease(self, batch_id: str) -> None:
         """Create a new batch's lease file, so that taking the lease only opens it (filelock
@@ -176,9 +181,7 @@ class StoreBase:
         """
         storage = _IndexStorage(str(self.state_dir / "index.json"), self)
         with self.locked():
-            data = storage.read() or {}
-            for table in ("clients", "ledger", "batches", "counts"):
-                data.setdefault(table, {})
+            data = _writable(storage.read() or {})
             yield data
             storage.write(data)
 
@@ -193,13 +196,29 @@ class StoreBase:
         """The ids of the batch records in the live folder (bounded by live work)."""
         return sorted(path.stem for path in self.batches_dir.glob("*.json"))
 
+    def being_staged(self, batch_id: str) -> bool:
+        """Whether an intake, in this process or another, holds the batch's lease before
+        its commit (its files exist, its index row not yet: `Store.staged_batch`)."""
+        if not (self.leases_dir / f"{batch_id}.lock").exists():
+            return False  # staging creates it first
+        if any(row["batch_id"] == batch_id for row in self._live_rows()):
+            return False
+        with self.intake_lease(batch_id) as free:
+            return not free
+
     def discard_unrecorded(self, batch_id: str) -> bool:
         """Remove a live record, its tasks and its lease when the index never named the
-        batch: an intake killed before its one committing write (the index row and hold).
-        False, and nothing removed, when the index names it."""
-        with self.locked(), self.record_locked(batch_id):
-            if any(row["batch_id"] == batch_id for row in self._live_rows()):
+        batch and no intake is staging it: an intake killed before its one committing write
+        (the index row and hold). False, and nothing removed, otherwise."""
+        with self.locked(), self.intake_lease(batch_id) as free:
+            if not free or any(row["batch_id"] == batch_id for row in self._live_rows()):
                 return False
+            self._remove_batch_files(batch_id)
+        return True
+
+    def _remove_batch_files(self, batch_id: str) -> None:
+        """An uncommitted batch's files: its tasks, its record and its lease file."""
+        with self.record_locked(batch_id):
             base = self.tasks.live / f"{batch_id}.json"
             for path in (
                 self.tasks.journal(base),
@@ -208,7 +227,6 @@ class StoreBase:
                 self.batches_dir / f"{batch_id}.json",
             ):
                 unlink_quietly(path)
-        return True
 
     def is_recorded(self, batch_id: str) -> bool:
         """Whether the batch's intake committed: the index names it, or it is archived (a
@@ -258,6 +276,16 @@ def _insert(table: dict[str, Any], doc: Row) -> None:
     table[str(next_id)] = doc
 
 
+def _writable(data: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A copy of the index that a change may edit: the parsed index is shared by readers.
+    The big tables are copied one level deep (a change adds, removes or replaces their rows,
+    never edits one in place); the small ones whole."""
+    copied = {name: dict(data.get(name, {})) for name in ("ledger", "batches")}
+    for name in ("clients", "counts"):
+        copied[name] = copy.deepcopy(data.get(name, {}))
+    return copied
+
+
 def _encode(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
@@ -267,15 +295,16 @@ def _encode(value: Any) -> Any:
 
 
 class _IndexStorage(AtomicJSONStorage):
-    """The index file, parsed once per hold of the store lock (`StoreBase.locked`)."""
+    """The index file, parsed once per hold of the store lock (`StoreBase.locked`), and
+    not again while its bytes are those last parsed or written (`ParsedFile`)."""
 
     def __init__(self, path: str, store: StoreBase) -> None:
         super().__init__(path)
         self._store = store
 
     def read(self) -> dict[str, dict[str, Any]] | None:
-        return self._store._index_read(super().read)
+        return self._store._index_read(lambda: self._store._parsed_index.read(self._path))
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
-        super().write(data)
+        self._store._parsed_index.write(self._path, data)
         self._store._index_written(data)

@@ -8,12 +8,13 @@ fsync; a line cut short by a crash is skipped when read and closed by the next a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 from tinydb.storages import Storage
 
 from .. import crashpoints
@@ -32,23 +33,52 @@ class AtomicJSONStorage(Storage):
 
     def read(self) -> dict[str, dict[str, Any]] | None:
         try:
-            text = self._path.read_text(encoding="utf-8")
+            text = self._path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise StoreError(f"cannot read {self._path}: {exc}") from exc
-        try:
-            data: dict[str, dict[str, Any]] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            # Never fall back to "empty": the next write would wipe the database.
-            raise StoreError(f"{self._path} is corrupt ({exc}); restore it from a copy") from exc
-        return data
+        return _parsed(self._path, text)
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
-        write_atomically(self._path, json.dumps(data, separators=(",", ":")))
+        write_atomically(self._path, orjson.dumps(data))
 
     def close(self) -> None:
         """Nothing is held open between calls."""
+
+
+class ParsedFile:
+    """A JSON file's last parsed (or written) contents, kept while its bytes are the same:
+    a read costs a read and a comparison, not a parse, unless another process changed it.
+    Its callers must not edit what `read` returns. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._bytes: bytes | None = None
+        self._data: dict[str, dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+
+    def read(self, path: Path) -> dict[str, dict[str, Any]] | None:
+        """The parsed file, None when there is none (StoreError when it is unreadable)."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        with self._lock:
+            if raw == self._bytes:
+                return self._data
+        data = _parsed(path, raw)
+        with self._lock:
+            self._bytes, self._data = raw, data
+        return data
+
+    def write(self, path: Path, data: dict[str, dict[str, Any]]) -> None:
+        """Replace the file atomically with `data` (which the caller no longer edits)."""
+        raw = orjson.dumps(data)
+        write_atomically(path, raw)
+        with self._lock:
+            self._bytes, self._data = raw, data
 
 
 def write_table(path: Path, table: str, docs: list[dict[str, Any]]) -> None:
@@ -68,12 +98,12 @@ def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
     if not docs:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+", encoding="utf-8") as handle:
+    with path.open("a+b") as handle:
         if handle.tell() > 0:
             handle.seek(handle.tell() - 1)
-            if handle.read(1) != "\n":  # finish a line a crash cut short
-                handle.write("\n")
-        handle.write("".join(json.dumps(d, separators=(",", ":")) + "\n" for d in docs))
+            if handle.read(1) != b"\n":  # finish a line a crash cut short
+                handle.write(b"\n")
+        handle.write(b"".join(orjson.dumps(d) + b"\n" for d in docs))
         handle.flush()
         os.fsync(handle.fileno())
     crashpoints.wrote(path.name)
@@ -82,7 +112,7 @@ def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """Every whole line of a JSON-lines file, oldest first."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_bytes().split(b"\n")  # not splitlines(): U+2028 is no line end
     except FileNotFoundError:
         return []
     return [doc for doc in map(_parse, lines) if doc is not None]
@@ -120,9 +150,18 @@ def _parse(line: str | bytes) -> dict[str, Any] | None:
     if not line.strip():
         return None
     with contextlib.suppress(ValueError):  # a line cut short by a crash mid-append
-        doc = json.loads(line)
+        doc = orjson.loads(line)
         return doc if isinstance(doc, dict) else None
     return None
+
+
+def _parsed(path: Path, text: str | bytes) -> dict[str, dict[str, Any]]:
+    try:
+        data: dict[str, dict[str, Any]] = orjson.loads(text)
+    except ValueError as exc:  # not JSON, or not UTF-8
+        # Never fall back to "empty": the next write would wipe the database.
+        raise StoreError(f"{path} is corrupt ({exc}); restore it from a copy") from exc
+    return data
 
 
 def unlink_quietly(path: Path) -> None:
