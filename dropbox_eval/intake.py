@@ -128,8 +128,6 @@ class Intake(UsesForge):
                 client_id,
                 source or API_SOURCE,
             )
-        if recorded.tasks:  # new: its duplicate keys (until then its index row finds them)
-            self.store.write_keys(record)
         if open_now and self.open_now is not None:  # else the service opens it later
             self.open_now(record.batch_id, recorded.tasks or None)
         return self.receipt(record.batch_id, duplicate=recorded.duplicate)

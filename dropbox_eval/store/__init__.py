@@ -63,7 +63,7 @@ class Store(BatchListing):
     ) -> Iterator[Callable[[LedgerEntry | None], None]]:
         """Write a new batch's tasks and record (and its lease file), then yield `commit`,
         which writes its index row and hold in one atomic write; the caller calls it under
-        the store lock, after its own checks. Its duplicate keys follow (`write_keys`).
+        the store lock, after its own checks. Its duplicate keys come when it is archived.
 
         The files are written before the store lock is taken, side by side, their fsyncs
         overlapping: nothing reads them before the index names the batch, so concurrent
@@ -102,11 +102,9 @@ class Store(BatchListing):
             beside.result()
 
     def write_keys(self, batch: BatchRecord, *, missing_only: bool = False) -> None:
-        """Write a recorded batch's duplicate keys (sha256 of the bytes, batch_ref).
-
-        Not needed before the forge work starts: while a batch is live its index row finds
-        its duplicates, and `archive` writes any key a crash left out before the row goes.
-        """
+        """Write a batch's duplicate keys (sha256 of the bytes, batch_ref) as it leaves the
+        index (`archive`): while a batch is live its index row finds its duplicates, so a
+        drop does not spend two more durable writes on them."""
         for key in duplicate_keys(batch.sha256, batch.batch_ref):
             path = self.keys_dir / batch.client_id / key
             if not (missing_only and path.exists()):
