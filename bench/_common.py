@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -244,7 +245,8 @@ class Stopwatch:
 class StoreIO:
     """Count the store's whole-file reads and writes (and their bytes) while active.
 
-    Wraps `AtomicJSONStorage.read/write` (index.json, batches/, tasks/) for measurement
+    Wraps `AtomicJSONStorage.read/write` (batches/, tasks/) and `ParsedFile.read/write`
+    (index.json: read whole every time, parsed only when it changed) for measurement
     only; behaviour is unchanged. Appends to and reads of the archive's JSON-lines files are
     not counted.
     """
@@ -253,32 +255,54 @@ class StoreIO:
         self.reads = self.writes = 0
         self.read_bytes = self.write_bytes = 0
         self.index_reads = self.index_writes = 0
-        self._saved: tuple[Any, Any] | None = None
+        self._saved: tuple[Any, Any, Any, Any] | None = None
 
     def __enter__(self) -> StoreIO:
-        from dropbox_eval.store import AtomicJSONStorage
+        from dropbox_eval.store.files import AtomicJSONStorage, ParsedFile
 
-        original_read, original_write = AtomicJSONStorage.read, AtomicJSONStorage.write
         counter = self
 
-        def read(storage: Any) -> Any:
-            data = original_read(storage)
-            counter.reads += 1
-            counter.index_reads += storage._path.name == "index.json"
+        def count(path: Path, *, written: bool) -> None:
+            index = path.name == "index.json"
+            size = 0
             with contextlib.suppress(OSError):
-                counter.read_bytes += os.path.getsize(storage._path)
+                size = os.path.getsize(path)
+            if written:
+                counter.writes, counter.index_writes = (
+                    counter.writes + 1,
+                    counter.index_writes + index,
+                )
+                counter.write_bytes += size
+            else:
+                counter.reads, counter.index_reads = counter.reads + 1, counter.index_reads + index
+                counter.read_bytes += size
+
+        saved_read, saved_write = AtomicJSONStorage.read, AtomicJSONStorage.write
+        parsed_read, parsed_write = ParsedFile.read, ParsedFile.write
+
+        def read(storage: Any) -> Any:
+            data = saved_read(storage)
+            count(storage._path, written=False)
             return data
 
         def write(storage: Any, data: Any) -> None:
-            original_write(storage, data)
-            counter.writes += 1
-            counter.index_writes += storage._path.name == "index.json"
-            with contextlib.suppress(OSError):
-                counter.write_bytes += os.path.getsize(storage._path)
+            saved_write(storage, data)
+            count(storage._path, written=True)
 
-        self._saved = (original_read, original_write)
+        def read_parsed(parsed: Any, path: Path) -> Any:  # the index: read whole, parsed if new
+            data = parsed_read(parsed, path)
+            count(path, written=False)
+            return data
+
+        def write_parsed(parsed: Any, path: Path, data: Any) -> None:
+            parsed_write(parsed, path, data)
+            count(path, written=True)
+
+        self._saved = (saved_read, saved_write, parsed_read, parsed_write)
         AtomicJSONStorage.read = read  # type: ignore[method-assign,assignment]
         AtomicJSONStorage.write = write  # type: ignore[method-assign,assignment]
+        ParsedFile.read = read_parsed  # type: ignore[method-assign,assignment]
+        ParsedFile.write = write_parsed  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(
@@ -287,10 +311,11 @@ class StoreIO:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        from dropbox_eval.store import AtomicJSONStorage
+        from dropbox_eval.store.files import AtomicJSONStorage, ParsedFile
 
         assert self._saved is not None
-        AtomicJSONStorage.read, AtomicJSONStorage.write = self._saved  # type: ignore[method-assign]
+        AtomicJSONStorage.read, AtomicJSONStorage.write = self._saved[:2]  # type: ignore[method-assign]
+        ParsedFile.read, ParsedFile.write = self._saved[2:]  # type: ignore[method-assign]
 
     def summary(self) -> str:
         """`R reads (X MB, I of index.json), W writes (Y MB, J of index.json)`."""

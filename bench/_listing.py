@@ -25,7 +25,8 @@ from dropbox_eval.api import create_api
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
 from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
-from dropbox_eval.store import _count, _summary
+from dropbox_eval.store import _count
+from dropbox_eval.store.base import summary_row
 from dropbox_eval.webserver import BackgroundServer
 
 PAGE = 5  # the same page in both histories: a page of 50 rows costs more than one of 5
@@ -59,7 +60,7 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
             ).model_dump(mode="json")
             for k, a, h in (("hold", 0, 1), ("charge", -1, 0), ("release", 0, -1))
         ]
-        app.store.archive_rows.add(_summary(batch), entries)
+        app.store.archive_rows.add(summary_row(batch), entries)
         with app.store._index_change() as data:  # noqa: SLF001 - counted as archive() does
             _count(data["counts"], batch)
     key = app.billing.new_api_key("acme")

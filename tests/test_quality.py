@@ -33,3 +33,22 @@ def test_mypy_strict_is_clean() -> None:
         [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+IMPORT_ALL = """
+import importlib, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*.py")):
+    importlib.import_module(path.stem)  # an import error names the script
+"""
+
+
+def test_every_bench_script_still_imports() -> None:
+    """A renamed function breaks a benchmark nobody runs in the suite: import them all."""
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL, str(ROOT / "bench")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
