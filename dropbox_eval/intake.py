@@ -166,13 +166,9 @@ class Intake(UsesForge):
         check_claims(batch, client_id, self.settings.max_tasks)
         if batch.callback_url:
             self.policy.check(batch.callback_url)
-        if self.store.find_batch(
-            client_id, sha256=sha256, batch_ref=batch.batch_ref, keys_only=True
-        ):
-            with self.store.locked():  # a known duplicate: nothing to stage
-                found = self._earlier(batch, client_id, source, sha256)
-                if found is not None:
-                    return found
+        found = self._earlier(batch, client_id, source, sha256)  # a first look, unlocked
+        if found is not None:  # a batch is never unrecorded: nothing to stage
+            return found
         cost = self.billing.check_funded(client_id, len(batch.tasks))  # before any write
         record = self.new_record(batch, client_id, cost, source, sha256)
         tasks = self.task_records(record, batch)
@@ -188,7 +184,8 @@ class Intake(UsesForge):
         self, batch: BatchFile, client_id: str, source: str | None, sha256: str | None
     ) -> Recorded | None:
         """The batch this drop already is (a duplicate, or itself resumed after a crash),
-        a refusal of a re-drop, or None; under the store lock."""
+        a refusal of a re-drop, or None. Without the store lock it may miss a batch being
+        committed right now: only a look under the lock may say None for sure."""
         existing = self.store.find_batch(client_id, sha256=sha256, batch_ref=batch.batch_ref)
         if not existing:
             return None

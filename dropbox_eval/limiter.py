@@ -5,11 +5,12 @@ do). The sandbox forge never errors under load, so latency alone must be able to
 climb.
 
 "Near the lowest" compares the recent latency (a moving average: one slow call is not a
-trend) with the lowest seen, the forge's floor. A floor that drifted up with the calls
-would let the budget climb with the queue it builds, so the floor moves only when it is
-measured again, as BBR does: when no call has come near it for `PROBE_EVERY` seconds, the
-budget is halved for two round trips (`probe`), the calls then meet no queue, and the
-lowest of them is the floor from then on. A forge that queues shows its old floor again;
+trend, one quick answer such as a 404 is no floor) with the lowest it has been, the
+forge's floor. A floor that drifted up with the calls would let the budget climb with the
+queue it builds, so the floor moves only when it is measured again, as BBR does: when the
+recent latency has not come near it for `PROBE_EVERY` seconds, the budget is halved for
+two round trips (`probe`), the calls then meet no queue, and their latency is the floor
+from then on. A forge that queues shows its old floor again;
 one that has become slower for good shows its new one, and the budget climbs from there.
 
 After an overload (5xx, 429, a timeout: often a restart or a short outage, not a slower
@@ -104,18 +105,18 @@ class Limiter:
 
     def _learn_latency(self, latency: float, in_flight: int, now: float) -> None:
         recent = latency if self._recent is None else self._recent
-        self._recent = recent + (latency - recent) * SMOOTHING
+        self._recent = recent = recent + (latency - recent) * SMOOTHING
         if self._probe is not None:
-            self._probing(latency, now)
+            self._probing(now)
             return
-        if self._lowest is None or latency < self._lowest:
-            self._lowest = latency
-        if latency <= NEAR_FLOOR * self._lowest:
+        if self._lowest is None or recent < self._lowest:
+            self._lowest = recent  # of the average: one quick call (a 404) is no floor
+        if recent <= NEAR_FLOOR * self._lowest:
             self._confirmed_at = now
         elif now - self._confirmed_at > PROBE_EVERY:
             self._start_probe(latency, now)
             return
-        if self._recent > TOLERANCE * self._lowest:
+        if recent > TOLERANCE * self._lowest:
             self._recover_to = None
             self._decrease(DECREASE, now, latency)
         elif in_flight >= self._limit - 1:  # only a budget in use says anything about it
@@ -123,17 +124,18 @@ class Limiter:
 
     def _start_probe(self, latency: float, now: float) -> None:
         """Halve the budget for two round trips: the calls sent meanwhile meet no queue."""
-        self._probe = _Probe(self._limit, now + 2 * max(latency, self._recent or 0.0), latency)
+        self._probe = _Probe(self._limit, now + 2 * max(latency, self._recent or 0.0))
         self._limit = max(float(self.floor), self._limit * 0.5)
 
-    def _probing(self, latency: float, now: float) -> None:
+    def _probing(self, now: float) -> None:
+        """At the probe's end the recent latency, that of calls sent at half the budget,
+        is the floor."""
         probe = self._probe
         assert probe is not None
-        probe.lowest = min(probe.lowest, latency)
         if now < probe.until:
             return
         self._probe = None
-        self._lowest, self._recent = probe.lowest, probe.lowest
+        self._lowest = self._recent
         self._confirmed_at = now
         self._limit = probe.limit  # the budget of before: the floor decides from here
 
@@ -152,9 +154,7 @@ class Limiter:
 
 @dataclass
 class _Probe:
-    """A measurement of the floor under way: the budget to go back to, when it ends, and
-    the lowest latency seen so far."""
+    """A measurement of the floor under way: the budget to go back to, and when it ends."""
 
     limit: float
     until: float
-    lowest: float

@@ -141,6 +141,24 @@ def test_a_forge_slower_for_good_becomes_the_new_normal() -> None:
     assert settled[len(settled) // 2] >= 20  # back at the knee, not held at the floor
 
 
+def test_an_occasional_quick_answer_is_not_taken_for_the_floor() -> None:
+    clock = Clock()
+    limiter = Limiter(initial=4, ceiling=64, clock=clock)
+    limits = []
+    next_quick, end = clock.now, clock.now + 60.0
+    while clock.now < end:
+        if clock.now >= next_quick:  # a health check's /version, a 404: 2 ms, every 5 s
+            limiter.record(Outcome(0.002), in_flight=limiter.limit)
+            next_quick += 5.0
+        in_flight = limiter.limit
+        latency = 0.05 * max(1.0, in_flight / 16)
+        limiter.record(Outcome(latency), in_flight=in_flight)
+        clock.now += latency / in_flight
+        limits.append(limiter.limit)
+    settled = sorted(limits[len(limits) // 2 :])
+    assert settled[len(settled) // 2] >= 16  # not held at the floor by the quick answers
+
+
 def test_every_exchange_runs_as_its_client() -> None:
     seen: list[str] = []
     scheduler = ForgeScheduler(Limiter(initial=2))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import tasks
 
+from dropbox_eval import crashpoints, fileio
 from dropbox_eval.app import App, build_app
 from dropbox_eval.billing import Billing
 from dropbox_eval.config import Settings
@@ -24,6 +25,7 @@ from dropbox_eval.store import Store, append_lines
 FUND_SCRIPT = """
 import sys
 from pathlib import Path
+from dropbox_eval import crashpoints, fileio
 from dropbox_eval.billing import Billing
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.config import Settings
@@ -199,3 +201,49 @@ def test_a_line_separator_inside_a_value_is_not_a_line_end(app: App, funded: str
     url = "https://forge.example/issues/1#one\u2028two\u2029three"
     app.store.update_tasks(batch_id, {task_id: {"issue_url": url}})
     assert app.store.get_tasks(batch_id)[0].issue_url == url
+
+
+def test_a_redrop_of_a_live_batch_is_a_duplicate_even_when_funds_cover_only_one(
+    settings: Settings,
+) -> None:
+    """The duplicate check comes before the funds check: a retried POST of a batch that
+    holds all the client's credits is that batch, not `unfunded`."""
+    app = build_app(settings.model_copy(update={"gitea_url": None}))
+    app.billing.add_client("acme", app.billing.cost(1))  # exactly one one-task batch
+    first = app.intake.submit_batch("acme", tasks(1), batch_ref="kept")
+    assert first["ok"] and app.billing.client("acme").available == 0
+    again = app.intake.submit_batch("acme", tasks(1), batch_ref="kept")
+    assert again["ok"] and again["duplicate"] and again["batch_id"] == first["batch_id"]
+
+
+def test_a_commit_that_fails_after_its_rename_keeps_the_batch_files(
+    app: App, funded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index write lands, then the folder's fsync fails: the batch is committed, so
+    the failed intake must not remove its files (the state check would find a row whose
+    record is gone, and a hold nobody can release)."""
+    real = crashpoints.wrote
+
+    def failing(name: str) -> None:
+        real(name)
+        if name == "index.json":
+            raise OSError(5, "EIO on the folder's fsync")
+
+    monkeypatch.setattr(fileio.crashpoints, "wrote", failing)
+    app.intake.open_now = None
+    with pytest.raises(OSError):
+        app.intake.submit_batch(funded, tasks(1), batch_ref="r1")
+    monkeypatch.setattr(fileio.crashpoints, "wrote", real)
+    (row,) = app.store.live_rows()
+    assert app.store.live_record_ids() == [row["batch_id"]]
+    assert len(app.store.get_tasks(row["batch_id"])) == 1
+    assert app.statecheck.run(repair=False) == []
+
+
+def test_a_change_keeps_an_index_table_it_does_not_know(app: App, funded: str) -> None:
+    path = app.store.state_dir / "index.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["newer"] = {"1": {"kept": True}}  # a table of a later version
+    path.write_text(json.dumps(data), encoding="utf-8")
+    app.billing.fund(funded, 5)
+    assert json.loads(path.read_text(encoding="utf-8"))["newer"] == {"1": {"kept": True}}

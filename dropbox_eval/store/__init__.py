@@ -42,6 +42,7 @@ from .listing import BatchListing, duplicate_keys
 from .tasks import Signature
 
 __all__ = ["AtomicJSONStorage", "Store", "append_lines"]
+LEASE_WAIT = 10.0  # seconds a store-lock holder waits for a new batch's lease
 CACHED_TASKS = 20_000  # parsed tasks kept while their files are unchanged (memory-bounded)
 _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-beside")
 
@@ -53,13 +54,15 @@ class Store(BatchListing):
         self, batch: BatchRecord, tasks: list[TaskRecord], hold: LedgerEntry | None = None
     ) -> None:
         """Stage the batch's files, then commit its index row and hold (`staged_batch`);
-        under the store lock when the caller holds it (a retry), else taking it to commit."""
-        with self.staged_batch(batch, tasks) as commit, self.locked():
+        under the store lock when the caller holds it (a retry), else taking it to commit.
+        The lease is waited for a bounded time: a caller holding the store lock must not
+        wait for ever on a lease whose holder may be waiting for that lock."""
+        with self.staged_batch(batch, tasks, wait=LEASE_WAIT) as commit, self.locked():
             commit(hold)
 
     @contextlib.contextmanager
     def staged_batch(
-        self, batch: BatchRecord, tasks: list[TaskRecord]
+        self, batch: BatchRecord, tasks: list[TaskRecord], *, wait: float = -1
     ) -> Iterator[Callable[[LedgerEntry | None], None]]:
         """Write a new batch's tasks and record (and its lease file), then yield `commit`,
         which writes its index row and hold in one atomic write; the caller calls it under
@@ -69,7 +72,8 @@ class Store(BatchListing):
         overlapping: nothing reads them before the index names the batch, so concurrent
         intakes queue on the lock only for the commit. The batch's lease is held meanwhile:
         the state check leaves a batch whose lease is held alone (`being_staged`). Not
-        committed (a duplicate, a refusal, an error), the files are removed; a crash before
+        committed (a duplicate, a refusal, an error before the commit's rename), the files
+        are removed, unless the index names the batch after all; a crash before
         the commit leaves only unreferenced files, never a batch without its hold, and the
         state check removes them (`discard_unrecorded`): the drop is read again, or the API
         caller got no receipt.
@@ -85,13 +89,22 @@ class Store(BatchListing):
             committed = True
 
         self._new_lease(batch.batch_id)
-        with self.intake_lease(batch.batch_id, wait=-1):
+        with self.intake_lease(batch.batch_id, wait=wait) as leased:
+            if not leased:
+                raise StoreError(f"batch {batch.batch_id} is busy elsewhere; try again")
             try:
                 self._write_new_files(batch, tasks)
                 yield commit
             finally:
                 if not committed:
-                    self._remove_batch_files(batch.batch_id)
+                    self._remove_unnamed(batch.batch_id)
+
+    def _remove_unnamed(self, batch_id: str) -> None:
+        """A stage that did not commit: its files go, unless the commit's rename landed
+        and only what followed it failed (an fsync of the folder)."""
+        with self.locked():
+            if not any(row["batch_id"] == batch_id for row in self._live_rows()):
+                self._remove_batch_files(batch_id)
 
     def _write_new_files(self, batch: BatchRecord, tasks: list[TaskRecord]) -> None:
         rows = [_dump(t) for t in tasks]

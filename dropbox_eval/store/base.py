@@ -280,9 +280,11 @@ def _writable(data: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """A copy of the index that a change may edit: the parsed index is shared by readers.
     The big tables are copied one level deep (a change adds, removes or replaces their rows,
     never edits one in place); the small ones whole."""
-    copied = {name: dict(data.get(name, {})) for name in ("ledger", "batches")}
+    copied = copy.deepcopy({k: v for k, v in data.items() if k not in ("ledger", "batches")})
+    for name in ("ledger", "batches"):
+        copied[name] = dict(data.get(name, {}))
     for name in ("clients", "counts"):
-        copied[name] = copy.deepcopy(data.get(name, {}))
+        copied.setdefault(name, {})
     return copied
 
 

@@ -69,22 +69,14 @@ class BatchListing(ClientStore):
         return counts
 
     def find_batch(
-        self,
-        client_id: str,
-        *,
-        sha256: str | None = None,
-        batch_ref: str | None = None,
-        keys_only: bool = False,
+        self, client_id: str, *, sha256: str | None = None, batch_ref: str | None = None
     ) -> str | None:
-        """The id of an earlier batch of this client with the same bytes or batch_ref;
-        `keys_only` looks only at the keys (no index read: a batch a crash left without
-        its keys is missed)."""
+        """The id of an earlier batch of this client with the same bytes or batch_ref: an
+        archived one by its key, a live one by its index row."""
         for key in duplicate_keys(sha256, batch_ref):
             path = self.keys_dir / client_id / key
             with contextlib.suppress(FileNotFoundError):
                 return path.read_text(encoding="utf-8").strip()
-        if keys_only:
-            return None
 
         def same(row: Row) -> bool:
             return row["client_id"] == client_id and bool(
