@@ -247,3 +247,20 @@ def test_a_change_keeps_an_index_table_it_does_not_know(app: App, funded: str) -
     path.write_text(json.dumps(data), encoding="utf-8")
     app.billing.fund(funded, 5)
     assert json.loads(path.read_text(encoding="utf-8"))["newer"] == {"1": {"kept": True}}
+
+
+def test_a_lane_result_orjson_refuses_is_stored_exactly(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    """A lane's ```json block may hold an integer past 64 bits or a lone surrogate: the
+    store writes it (through the standard library) and reads it back digit for digit."""
+    batch_id = app.intake.submit_batch(funded, tasks(1))["batch_id"]
+    owner, name = app.store.get_batch(batch_id).repo.split("/")
+    details = '{"n": 123456789012345678901234567890, "s": "\\ud800"}'
+    (issue,) = forge.issues(owner, name)
+    comment = f"Checked.\n\n```json\n{details}\n```"
+    forge.finish_issue(owner, name, issue["number"], comment=comment, labels=["eval-pass"])
+    app.poller.poll_completed(batch_id, full=True)
+    (task,) = app.store.get_tasks(batch_id)
+    assert task.result is not None
+    assert task.result.details == {"n": 123456789012345678901234567890, "s": "\ud800"}

@@ -8,6 +8,7 @@ fsync; a line cut short by a crash is skipped when read and closed by the next a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ class AtomicJSONStorage(Storage):
         return _parsed(self._path, text)
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
-        write_atomically(self._path, orjson.dumps(data))
+        write_atomically(self._path, dumps(data))
 
     def close(self) -> None:
         """Nothing is held open between calls."""
@@ -75,7 +76,7 @@ class ParsedFile:
 
     def write(self, path: Path, data: dict[str, dict[str, Any]]) -> None:
         """Replace the file atomically with `data` (which the caller no longer edits)."""
-        raw = orjson.dumps(data)
+        raw = dumps(data)
         write_atomically(path, raw)
         with self._lock:
             self._bytes, self._data = raw, data
@@ -103,7 +104,7 @@ def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
             handle.seek(handle.tell() - 1)
             if handle.read(1) != b"\n":  # finish a line a crash cut short
                 handle.write(b"\n")
-        handle.write(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+        handle.write(b"".join(dumps(d) + b"\n" for d in docs))
         handle.flush()
         os.fsync(handle.fileno())
     crashpoints.wrote(path.name)
@@ -150,14 +151,25 @@ def _parse(line: str | bytes) -> dict[str, Any] | None:
     if not line.strip():
         return None
     with contextlib.suppress(ValueError):  # a line cut short by a crash mid-append
-        doc = orjson.loads(line)
+        doc = json.loads(line)
         return doc if isinstance(doc, dict) else None
     return None
 
 
+def dumps(data: Any) -> bytes:
+    """Compact UTF-8 JSON, as orjson writes it (the index's encode was the largest cost of
+    a drop); what orjson refuses (an integer past 64 bits, a lone surrogate, from a lane's
+    result or an operator's figure) goes through the standard library, escaped. Reads use
+    the standard library: orjson reads a long integer as a float, losing digits."""
+    try:
+        return orjson.dumps(data)
+    except TypeError:
+        return json.dumps(data, separators=(",", ":")).encode("ascii")
+
+
 def _parsed(path: Path, text: str | bytes) -> dict[str, dict[str, Any]]:
     try:
-        data: dict[str, dict[str, Any]] = orjson.loads(text)
+        data: dict[str, dict[str, Any]] = json.loads(text)
     except ValueError as exc:  # not JSON, or not UTF-8
         # Never fall back to "empty": the next write would wipe the database.
         raise StoreError(f"{path} is corrupt ({exc}); restore it from a copy") from exc
