@@ -103,7 +103,7 @@ class Store(BatchListing):
         """A stage that did not commit: its files go, unless the commit's rename landed
         and only what followed it failed (an fsync of the folder)."""
         with self.locked():
-            if not any(row["batch_id"] == batch_id for row in self._live_rows()):
+            if not self.index_names(batch_id):
                 self._remove_batch_files(batch_id)
 
     def _write_new_files(self, batch: BatchRecord, tasks: list[TaskRecord]) -> None:
@@ -114,13 +114,13 @@ class Store(BatchListing):
         finally:
             beside.result()
 
-    def write_keys(self, batch: BatchRecord, *, missing_only: bool = False) -> None:
-        """Write a batch's duplicate keys (sha256 of the bytes, batch_ref) as it leaves the
-        index (`archive`): while a batch is live its index row finds its duplicates, so a
-        drop does not spend two more durable writes on them."""
+    def write_keys(self, batch: BatchRecord) -> None:
+        """Write a batch's missing duplicate keys (sha256 of the bytes, batch_ref) as it
+        leaves the index (`archive`): while a batch is live its index row finds its
+        duplicates, so a drop does not spend two more durable writes on them."""
         for key in duplicate_keys(batch.sha256, batch.batch_ref):
             path = self.keys_dir / batch.client_id / key
-            if not (missing_only and path.exists()):
+            if not path.exists():  # an archive a crash cut short wrote it already
                 write_atomically(path, batch.batch_id)
 
     def get_batch(self, batch_id: str) -> BatchRecord:
@@ -241,7 +241,7 @@ class Store(BatchListing):
     def _archive_row(self, batch: BatchRecord) -> None:
         with self._index_change() as data:
             self._ensure_totals(data)
-            self.write_keys(batch, missing_only=True)  # the row found duplicates until now
+            self.write_keys(batch)  # the row found duplicates until now
             entries = {
                 k: e for k, e in data["ledger"].items() if e.get("batch_id") == batch.batch_id
             }

@@ -9,7 +9,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +44,7 @@ class StoreBase:
         self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
         self.archive_rows = Archive(self.archive_dir)
         self._lock = SharedLock(state_dir / "store.lock")
-        self._depth = 0  # holds of the lock by its holder (re-entrant)
-        self._holder: int | None = None  # the thread holding it
-        self._held_index: dict[str, dict[str, Any]] | None = None  # parsed in this hold
-        self._parsed_index = ParsedFile()
+        self._parsed_index = ParsedFile()  # index.json, parsed again only when it changed
         self.record_locks_dir = state_dir / "record-locks"
         self._record_locks = [
             SharedLock(self.record_locks_dir / f"{n:02d}.lock") for n in range(RECORD_STRIPES)
@@ -114,38 +111,9 @@ class StoreBase:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the inter-process lock (re-entrant within a thread). While it is held,
-        nobody else can change the index, so it is parsed once per hold (an intake's
-        duplicate check, funds check and commit read it once); an error forgets it."""
+        """Hold the inter-process lock (re-entrant within a thread)."""
         with self._lock:
-            if self._depth == 0:
-                self._holder = threading.get_ident()
-            self._depth += 1
-            try:
-                yield
-            except BaseException:
-                self._held_index = None  # it may have been changed half-way
-                raise
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._holder, self._held_index = None, None
-
-    def _index_read(
-        self, read: Callable[[], dict[str, dict[str, Any]] | None]
-    ) -> dict[str, dict[str, Any]] | None:
-        """The index as parsed in this hold of the lock, else from the file."""
-        mine = self._holder == threading.get_ident()
-        if mine and self._held_index is not None:
-            return self._held_index
-        data = read()
-        if mine:
-            self._held_index = data
-        return data
-
-    def _index_written(self, data: dict[str, dict[str, Any]]) -> None:
-        if self._holder == threading.get_ident():
-            self._held_index = data
+            yield
 
     @contextlib.contextmanager
     def record_locked(self, batch_id: str) -> Iterator[None]:
@@ -201,7 +169,7 @@ class StoreBase:
         its commit (its files exist, its index row not yet: `Store.staged_batch`)."""
         if not (self.leases_dir / f"{batch_id}.lock").exists():
             return False  # staging creates it first
-        if any(row["batch_id"] == batch_id for row in self._live_rows()):
+        if self.index_names(batch_id):
             return False
         with self.intake_lease(batch_id) as free:
             return not free
@@ -211,7 +179,7 @@ class StoreBase:
         batch and no intake is staging it: an intake killed before its one committing write
         (the index row and hold). False, and nothing removed, otherwise."""
         with self.locked(), self.intake_lease(batch_id) as free:
-            if not free or any(row["batch_id"] == batch_id for row in self._live_rows()):
+            if not free or self.index_names(batch_id):
                 return False
             self._remove_batch_files(batch_id)
         return True
@@ -231,9 +199,13 @@ class StoreBase:
     def is_recorded(self, batch_id: str) -> bool:
         """Whether the batch's intake committed: the index names it, or it is archived (a
         record whose index row was never written is not a batch yet)."""
-        if any(row["batch_id"] == batch_id for row in self._live_rows()):
+        if self.index_names(batch_id):
             return True
         return self._batch_file(batch_id) != self.batches_dir / f"{batch_id}.json"
+
+    def index_names(self, batch_id: str) -> bool:
+        """Whether the index has a row for the batch (its intake committed, it is live)."""
+        return any(row["batch_id"] == batch_id for row in self._live_rows())
 
     def live_rows(self) -> list[Row]:
         """The index's live batch rows (a cache of their records' summary fields)."""
@@ -297,16 +269,15 @@ def _encode(value: Any) -> Any:
 
 
 class _IndexStorage(AtomicJSONStorage):
-    """The index file, parsed once per hold of the store lock (`StoreBase.locked`), and
-    not again while its bytes are those last parsed or written (`ParsedFile`)."""
+    """The index file, not parsed again while its bytes are those this process last
+    parsed or wrote (`ParsedFile`)."""
 
     def __init__(self, path: str, store: StoreBase) -> None:
         super().__init__(path)
-        self._store = store
+        self._parsed = store._parsed_index
 
     def read(self) -> dict[str, dict[str, Any]] | None:
-        return self._store._index_read(lambda: self._store._parsed_index.read(self._path))
+        return self._parsed.read(self._path)
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
-        self._store._parsed_index.write(self._path, data)
-        self._store._index_written(data)
+        self._parsed.write(self._path, data)

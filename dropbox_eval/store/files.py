@@ -33,13 +33,8 @@ class AtomicJSONStorage(Storage):
         self._path = Path(path)
 
     def read(self) -> dict[str, dict[str, Any]] | None:
-        try:
-            text = self._path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StoreError(f"cannot read {self._path}: {exc}") from exc
-        return _parsed(self._path, text)
+        raw = _read_bytes(self._path)
+        return None if raw is None else _parsed(self._path, raw)
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
         write_atomically(self._path, dumps(data))
@@ -60,12 +55,9 @@ class ParsedFile:
 
     def read(self, path: Path) -> dict[str, dict[str, Any]] | None:
         """The parsed file, None when there is none (StoreError when it is unreadable)."""
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw = _read_bytes(path)
+        if raw is None:
             return None
-        except OSError as exc:
-            raise StoreError(f"cannot read {path}: {exc}") from exc
         with self._lock:
             if raw == self._bytes:
                 return self._data
@@ -165,6 +157,16 @@ def dumps(data: Any) -> bytes:
         return orjson.dumps(data)
     except TypeError:
         return json.dumps(data, separators=(",", ":")).encode("ascii")
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """A whole file, None when there is none (StoreError when it cannot be read)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from exc
 
 
 def _parsed(path: Path, text: str | bytes) -> dict[str, dict[str, Any]]:
