@@ -77,7 +77,8 @@ class Limiter:
 
     @property
     def lowest_latency(self) -> float | None:
-        """The forge's floor: the lowest latency seen, or measured by the last probe."""
+        """The forge's floor: the lowest the recent latency has been since the last probe,
+        or what that probe measured."""
         return self._lowest
 
     def paused_for(self) -> float:
