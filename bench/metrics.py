@@ -88,7 +88,7 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
     add_batch(app, batches, archive=False)
     counts = {"emitted": batches, "running": 1}
     assert app.store.count_batches() == {k: n for k, n in counts.items() if n}
-    server = BackgroundServer(create_web(app, lambda: True), name="bench-web")
+    server = BackgroundServer(create_web(app, lambda: {}), name="bench-web")
     url = server.start()
     session = requests.Session()
     session.post(f"{url}/operator/login", data={"key": KEY}, timeout=30).raise_for_status()

@@ -8,6 +8,7 @@ answers 404, exactly like a batch that does not exist.
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
@@ -27,8 +28,11 @@ from .errors import (
     DropboxEvalError,
     NotFinished,
     NotFoundError,
+    StorageUnavailable,
     answer_for,
     error_document,
+    storage_cause,
+    storage_error,
 )
 from .intake import API_SOURCE
 from .models import BatchFile, BatchRecord, BatchStatus, Client
@@ -57,6 +61,8 @@ BATCH_BODY: dict[str, Any] = {
 }
 
 bearer = HTTPBearer(auto_error=False)
+log = logging.getLogger("dropbox_eval")
+STORAGE_RETRY_AFTER = "60"  # seconds: a disk is freed by a person, not in a moment
 
 
 class Problem(BaseModel):
@@ -68,8 +74,26 @@ class Problem(BaseModel):
 
 
 def problem_response(error: DropboxEvalError) -> JSONResponse:
-    """The answer to an error, from the one table (errors.answer_for)."""
-    return JSONResponse(error_document(error), status_code=answer_for(error)[0])
+    """The answer to an error, from the one table (errors.answer_for). A full or read-only
+    folder says when to try again (it clears by itself once space returns), and names the
+    cause but not the service's paths (they are the operator's: `/readyz`, the log)."""
+    status, _, reason = answer_for(error)
+    if isinstance(error, StorageUnavailable):
+        message = f"the service cannot store anything now: {storage_cause(error.errno or 0)}"
+        body = {"ok": False, "reason": reason, "message": f"{message}; try again later"}
+        return JSONResponse(body, status, headers={"Retry-After": STORAGE_RETRY_AFTER})
+    return JSONResponse(error_document(error), status_code=status)
+
+
+def os_error_response(error: OSError) -> JSONResponse:
+    """The last net under a request: a full, read-only or refused folder met where no
+    writer translated it answers as StorageUnavailable does; any other OSError is a 500
+    problem document (the log has the details), never a bare `Internal Server Error`."""
+    storage = storage_error(error)
+    if storage is not None:
+        return problem_response(storage)
+    log.error("request failed: %s", error, exc_info=error)
+    return problem_response(DropboxEvalError("internal error: the service log says more"))
 
 
 def _client_of(
@@ -100,7 +124,7 @@ def create_api(app: App) -> FastAPI:
     api.state.components = app
     views = Views(app.store)
     problems: dict[int | str, dict[str, Any]] = {
-        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503)
+        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503, 507)
     }
 
     def owned(batch_id: str, client: Client, *, tasks: bool = False) -> dict[str, Any]:
@@ -114,6 +138,10 @@ def create_api(app: App) -> FastAPI:
     @api.exception_handler(DropboxEvalError)
     def problem(_request: Request, exc: DropboxEvalError) -> JSONResponse:
         return problem_response(exc)
+
+    @api.exception_handler(OSError)
+    def os_error(_request: Request, exc: OSError) -> JSONResponse:
+        return os_error_response(exc)
 
     @api.exception_handler(StarletteHTTPException)  # unknown paths and methods too
     def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

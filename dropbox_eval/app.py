@@ -26,7 +26,7 @@ from .scheduler import ForgeScheduler
 from .secrecy import make_state_private
 from .settle import Settler
 from .statecheck import StateCheck
-from .statefolder import check_state_path
+from .statefolder import check_state_path, make_drop_folders
 from .store import Store
 from .web.metrics import Metrics
 from .webhooks import Nudges, WebhookReceiver
@@ -79,6 +79,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     batch decides the next visit (attempts.py), so no worker ever sleeps on a retry.
     """
     check_state_path(settings)
+    new_state = not settings.state_path.exists()
     make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
     store = Store(settings.state_path)
     billing = Billing(store, settings.task_price)
@@ -139,7 +140,7 @@ def build_app(settings: Settings, *, with_forge: bool = True) -> App:
     inbox.paused = intake.opener.paused = lifecycle.paused = pause.since
     inbox.on_reject = RejectionLog(settings.state_path).append
     inbox.on_filed = metrics.observe_drop
-    settings.outbox_path.mkdir(parents=True, exist_ok=True)
+    make_drop_folders(settings, new_state=new_state)
     nudges = Nudges()
     webhooks = WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges)
     delivery = Delivery(store, emitter, settings, attempts)

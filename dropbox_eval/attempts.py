@@ -15,6 +15,10 @@ is a proxy's or the forge's trouble, not the batch's: they only count as failed 
 Delivery: every failure is tried again, up to `SAAS_EVAL_DELIVERY_MAX_ATTEMPTS`; then the
 report waits in `outbox/undelivered/` for an operator. A manual re-delivery is an extra try:
 it does not use up an automatic attempt or move the next one.
+
+Whether a stored try is due is asked here only (`is_due`, `retry_in`, `delivery_due`): the
+wait is measured on the monotonic clock while the process runs (clock.py), so a wall clock
+stepped back does not hold a batch.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from tenacity import RetryCallState, wait_random_exponential
+from tenacity import RetryCallState, wait_exponential, wait_random_exponential
 
+from .clock import RetryClock
 from .errors import DeliveryError, ForgeAuthError, ForgeError, ForgePermanent
-from .models import BatchRecord, BatchStatus, utcnow
+from .models import BatchRecord, BatchStatus
 from .store import Store
 
 log = logging.getLogger("dropbox_eval")
@@ -35,11 +40,20 @@ MAX_DELIVERY_DELAY = 6 * 3600.0
 
 
 def next_delay(attempts: int, base: float, cap: float) -> timedelta:
-    """The wait before try `attempts + 1`: random in [0, min(cap, base x 2^(attempts-1))]."""
+    """The wait before try `attempts + 1`: random in [0, longest_delay(...)]."""
+    wait = wait_random_exponential(multiplier=base, max=cap)
+    return timedelta(seconds=float(wait(_after(attempts))))
+
+
+def longest_delay(attempts: int, base: float, cap: float) -> float:
+    """The most `next_delay` can give, in seconds: min(cap, base x 2^(attempts-1))."""
+    return float(wait_exponential(multiplier=base, max=cap)(_after(attempts)))
+
+
+def _after(attempts: int) -> RetryCallState:
     state = RetryCallState(None, None, (), {})  # type: ignore[arg-type]
     state.attempt_number = max(1, attempts)
-    wait = wait_random_exponential(multiplier=base, max=cap)
-    return timedelta(seconds=float(wait(state)))
+    return state
 
 
 def is_permanent(error: ForgeError) -> bool:
@@ -49,11 +63,6 @@ def is_permanent(error: ForgeError) -> bool:
     if error.method in READS:  # a proxy refusing a listing says nothing about the batch
         return False
     return error.status is not None and error.status not in RETRYABLE_4XX
-
-
-def is_due(batch: BatchRecord, now: datetime | None = None) -> bool:
-    """Whether forge work on the batch may be tried now."""
-    return batch.next_attempt_at is None or batch.next_attempt_at <= (now or utcnow())
 
 
 class Attempts:
@@ -75,6 +84,26 @@ class Attempts:
         self.max_attempts = max_attempts
         self.delivery_base = delivery_base
         self.delivery_max_attempts = delivery_max_attempts
+        self.forge_clock = RetryClock()  # next_attempt_at's monotonic twins
+        self.delivery_clock = RetryClock()  # next_delivery_at's
+
+    def retry_in(self, batch: BatchRecord) -> float:
+        """Seconds until forge work on the batch may be tried again (not positive: now)."""
+        longest = longest_delay(batch.attempts, self.base, self.cap)
+        return self.forge_clock.seconds_left(batch.batch_id, batch.next_attempt_at, longest)
+
+    def is_due(self, batch: BatchRecord) -> bool:
+        """Whether forge work on the batch may be tried now."""
+        return self.retry_in(batch) <= 0
+
+    def delivery_due(self, batch: BatchRecord) -> bool:
+        """Whether the next automatic delivery may be tried now (False once none is left)."""
+        if batch.delivery_attempts == 0:
+            return True
+        if batch.next_delivery_at is None:
+            return False
+        longest = longest_delay(batch.delivery_attempts, self.delivery_base, MAX_DELIVERY_DELAY)
+        return self.delivery_clock.is_due(batch.batch_id, batch.next_delivery_at, longest)
 
     def failed(self, batch_id: str, error: ForgeError) -> str | None:
         """Store a failed visit; returns why the batch must now fail, or None to retry."""
@@ -84,7 +113,9 @@ class Attempts:
             batch_id,
             attempts=attempts,
             last_error=str(error),
-            next_attempt_at=utcnow() + next_delay(attempts, self.base, self.cap),
+            next_attempt_at=self.forge_clock.schedule(
+                batch_id, next_delay(attempts, self.base, self.cap)
+            ),
         )
         if is_permanent(error):
             return f"the forge refused the request: {error}"
@@ -115,8 +146,10 @@ class Attempts:
             self.store.update_batch(batch.batch_id, last_delivery_error=message)
             return _next_words(message, batch.next_delivery_at, batch.batch_id)
         attempts = batch.delivery_attempts + 1
-        delay = next_delay(attempts, self.delivery_base, MAX_DELIVERY_DELAY)
-        next_at = utcnow() + delay if attempts < limit else None
+        next_at = None
+        if attempts < limit:
+            delay = next_delay(attempts, self.delivery_base, MAX_DELIVERY_DELAY)
+            next_at = self.delivery_clock.schedule(batch.batch_id, delay)
         message = f"attempt {attempts} of {limit} failed: {error}"
         self.store.update_batch(
             batch.batch_id,

@@ -90,9 +90,7 @@ class Delivery:
         up."""
         if batch.status == BatchStatus.RUNNING or batch.emitted_at:
             return False
-        if batch.delivery_attempts == 0:
-            return True
-        return batch.next_delivery_at is not None and batch.next_delivery_at <= utcnow()
+        return self.attempts.delivery_due(batch)
 
     def _secret(self, batch: BatchRecord) -> str | None:
         client = self.store.get_client(batch.client_id)

@@ -7,6 +7,8 @@ Tree::
     |   +-- NoState            a read-only command found no state folder at that place
     +-- InvalidArgument        an operator's argument is unusable (bad client id, 0 credits)
     +-- StoreError             state files unreadable or corrupt (never silently reset)
+    |   +-- StorageUnavailable a folder is read-only or refused (also an OSError)
+    |       +-- StorageFull    a folder's disk is full or over quota
     +-- NotFoundError          unknown batch or client id asked for by an operator
     +-- BatchRejected          a dropped batch cannot be accepted (reason code + details)
     +-- ForgeError             anything the forge did wrong (forge.py is the boundary)
@@ -24,11 +26,17 @@ Tree::
         +-- AlreadyRetried     retry of a batch that has its retry already
 
 `answer_for` is the one table from an error to its HTTP status and CLI exit code;
-`error_document` is what the API answers and the CLI prints under `--json`.
+`error_document` is what the API answers and the CLI prints under `--json`;
+`storage_error` translates an OSError by errno (a full, read-only or refused folder).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -50,6 +58,72 @@ class InvalidArgument(DropboxEvalError):
 
 class StoreError(DropboxEvalError):
     """The state folder cannot be read or written."""
+
+
+class StorageUnavailable(StoreError, OSError):
+    """A folder cannot take a write: read-only (EROFS) or refused (EACCES, EPERM).
+
+    Made from an OSError by `storage_error` where files are written; still an OSError with
+    the same errno and file name, so code that handles OSError goes on handling it. The
+    message names the file or folder and the cause: `state folder /srv/state: read-only
+    file system (EROFS)`. Clears by itself once the folder takes writes again."""
+
+    def __init__(self, code: int, path: str | Path, *, what: str = "cannot write") -> None:
+        OSError.__init__(self, code, os.strerror(code), str(path))
+        self.path = str(path)
+        self.message = f"{what} {path}: {storage_cause(code)}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class StorageFull(StorageUnavailable):
+    """A folder's file system is full (ENOSPC) or its quota is used up (EDQUOT)."""
+
+
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+REFUSED_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def storage_cause(code: int) -> str:
+    """`no space left on device (ENOSPC)`: the cause in words, then its errno name."""
+    text = os.strerror(code)
+    return f"{text[:1].lower()}{text[1:]} ({errno.errorcode.get(code, code)})"
+
+
+def storage_error(
+    exc: OSError, path: str | Path | None = None, *, what: str | None = None
+) -> StorageUnavailable | None:
+    """The StorageUnavailable (or StorageFull) an OSError stands for, by its errno; None
+    for any other OSError (a missing file, a bad descriptor: not a storage state).
+    `path` names the file when the OSError does not (or names a temp file)."""
+    if isinstance(exc, StorageUnavailable):
+        return exc
+    kind: type[StorageUnavailable]
+    if exc.errno in FULL_ERRNOS:
+        kind = StorageFull
+    elif exc.errno in REFUSED_ERRNOS:
+        kind = StorageUnavailable
+    else:
+        return None
+    if what is None:  # only a write meets a full or read-only disk; a refusal, any use
+        what = "cannot use" if exc.errno in (errno.EACCES, errno.EPERM) else "cannot write"
+    return kind(exc.errno or 0, path or exc.filename or "a state file", what=what)
+
+
+@contextlib.contextmanager
+def storage_errors(path: str | Path | None = None, *, what: str | None = None) -> Iterator[None]:
+    """Raise an OSError of a full, read-only or refused folder met in the block as
+    StorageUnavailable (`storage_error`); any other error goes through as it is."""
+    try:
+        yield
+    except StorageUnavailable:
+        raise
+    except OSError as exc:
+        error = storage_error(exc, path, what=what)
+        if error is None:
+            raise
+        raise error from exc
 
 
 class NotFoundError(DropboxEvalError):
@@ -180,6 +254,8 @@ _ANSWERS: tuple[tuple[type[DropboxEvalError], int, int, str], ...] = (
     (AlreadyRunning, 409, EXIT_RUNNING, "already_running"),
     (ForgeError, 502, EXIT_FAILED, "forge_error"),
     (DeliveryError, 502, EXIT_FAILED, "delivery_failed"),
+    (StorageFull, 507, EXIT_FAILED, "storage_full"),
+    (StorageUnavailable, 503, EXIT_FAILED, "storage_unavailable"),
     (StoreError, 500, EXIT_FAILED, "state_error"),
     (DropboxEvalError, 500, EXIT_FAILED, "error"),
 )
@@ -206,4 +282,6 @@ def error_document(error: DropboxEvalError) -> dict[str, Any]:
         body.update(error.as_dict())
     elif isinstance(error, Conflict):
         body.update(error.details)
+    elif isinstance(error, StorageUnavailable):
+        body["path"] = error.path
     return body

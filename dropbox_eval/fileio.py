@@ -1,4 +1,8 @@
-"""The one atomic writer, shared by the store, the inbox and the file emitter."""
+"""The one atomic writer, shared by the store, the inbox and the file emitter.
+
+A write that fails for want of space or permission raises errors.StorageUnavailable (or
+StorageFull), still an OSError, naming the file and the cause (errors.storage_error).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import crashpoints
+from .errors import storage_errors
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -25,28 +30,36 @@ def temp_name(name: str) -> str:
 
 
 def write_at(
-    folder_fd: int, name: str, data: bytes, *, tmp: str | None = None, mode: int = PRIVATE_MODE
+    folder_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    tmp: str | None = None,
+    mode: int = PRIVATE_MODE,
+    where: Path | None = None,
 ) -> None:
     """Atomically write `data` as `name` in the folder open as `folder_fd`.
 
     Temp file in the same folder (never following a link), flush, fsync, rename over the
     target, fsync the folder: readers see the old or the new file, never a mix. The file
     gets `mode` whatever the umask: PRIVATE_MODE unless the caller writes for clients.
+    `where` is the file's path for an error message (a descriptor does not tell it).
     """
     tmp = tmp or temp_name(name)
-    fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=folder_fd)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=folder_fd)
-        raise
-    os.fsync(folder_fd)
+    with storage_errors(where or name):
+        fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=folder_fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), mode)
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # gone, or the folder refuses even that
+                os.unlink(tmp, dir_fd=folder_fd)
+            raise
+        os.fsync(folder_fd)
     crashpoints.wrote(name)
 
 
@@ -56,8 +69,9 @@ def write_atomically(path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE)
 
     The temp name is random here: several processes may write files in one state folder.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    folder_fd = os.open(path.parent, _DIR_FLAGS)
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder_fd = os.open(path.parent, _DIR_FLAGS)
     try:
         write_at(
             folder_fd,
@@ -65,6 +79,7 @@ def write_atomically(path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE)
             text.encode("utf-8") if isinstance(text, str) else text,
             tmp=f".{path.name}.{secrets.token_hex(4)}.tmp",
             mode=mode,
+            where=path,
         )
     finally:
         os.close(folder_fd)

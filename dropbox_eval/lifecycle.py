@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import crashpoints
-from .attempts import Attempts, is_due
+from .attempts import Attempts
 from .config import Settings
 from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable, NotRunning
 from .forge import GiteaClient, UsesForge
@@ -110,7 +110,7 @@ class Lifecycle(UsesForge):
         if batch.status != BatchStatus.RUNNING or self.paused() is not None:
             return False
         overdue = batch.deadline is not None and batch.deadline <= utcnow()
-        if batch.cancel_requested and (overdue or is_due(batch)):
+        if batch.cancel_requested and (overdue or self.attempts.is_due(batch)):
             status = BatchStatus.CANCELLED
         elif overdue:
             status = BatchStatus.EXPIRED

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .app import App
-from .attempts import is_due
 from .forge import ForgeIssue, require_client
 from .markers import read_marker
 from .models import BatchRecord, TaskStatus, utcnow
@@ -90,7 +89,7 @@ class ChangeScout:
             covered = self._covered(repo, repo_batches, since)
             if not covered or repo.casefold() in elsewhere:  # list the repo by its name
                 plan[repo] = Visit()
-            elif issues or any(_own_work(b) for b in repo_batches):
+            elif issues or any(map(self._own_work, repo_batches)):
                 plan[repo] = Visit((issues, searched_at))
             else:  # searched clean; a visited repo's batches record their own poll
                 known[repo] = searched_at
@@ -132,7 +131,7 @@ class ChangeScout:
         plan: dict[str, Visit] = {}
         for repo, repo_batches in batches.items():
             count = counts.get(repo.casefold(), 0)
-            if count < self._expected(repo_batches, []) or any(map(_own_work, repo_batches)):
+            if count < self._expected(repo_batches, []) or any(map(self._own_work, repo_batches)):
                 plan[repo] = Visit(full=True, open_count=(count, counted_at))
         return plan
 
@@ -153,6 +152,20 @@ class ChangeScout:
             return None
         return min(p for p in polled if p is not None) - SEARCH_OVERLAP
 
+    def _own_work(self, batch: BatchRecord) -> bool:
+        """A batch the cycle must visit whatever the search says."""
+        overdue = batch.deadline is not None and batch.deadline <= utcnow()
+        attempts = self.app.lifecycle.attempts
+        retrying = batch.next_attempt_at is not None and attempts.is_due(batch)
+        return (
+            batch.last_polled_at is None
+            or not batch.intake_done
+            or batch.cancel_requested
+            or overdue
+            or retrying
+            or batch.settling_tasks > 0
+        )
+
     def _expected(self, batches: list[BatchRecord], issues: list[ForgeIssue]) -> int:
         """Open issues the repo should count once the search's closures are applied: from
         the batches' counters, tasks read only when the search showed closures."""
@@ -168,17 +181,3 @@ class ChangeScout:
             and task.issue_number is not None
             and task.issue_number not in closed
         )
-
-
-def _own_work(batch: BatchRecord) -> bool:
-    """A batch the cycle must visit whatever the search says."""
-    overdue = batch.deadline is not None and batch.deadline <= utcnow()
-    retrying = batch.next_attempt_at is not None and is_due(batch)
-    return (
-        batch.last_polled_at is None
-        or not batch.intake_done
-        or batch.cancel_requested
-        or overdue
-        or retrying
-        or batch.settling_tasks > 0
-    )

@@ -24,6 +24,7 @@ from .names import is_reserved_client_id, rename_advice
 from .servicestate import already_running
 from .webhooks import register_hook
 from .workers import FAST_TICK_SECONDS, DeliveryWorker, ForgeWorker, InboxWorker, OpenWorker
+from .workers.supervisor import Supervisor
 
 log = logging.getLogger("dropbox_eval")
 ONCE_TIMEOUT_SECONDS = 60.0
@@ -47,9 +48,18 @@ class Service:
         self.inbox = InboxWorker(app, self.stop_event, self._report, polling=choice)
         self.opener = OpenWorker(app, self._report)
         self.forge = ForgeWorker(
-            app, self.stop_event, self._report, self.opener, on_full=self.check_state
+            app,
+            self.stop_event,
+            self._report,
+            self.opener,
+            on_full=self.check_state,
+            on_cycle=self._cycled,
         )
         self.delivery = DeliveryWorker(app, self.stop_event, self._report)
+        self.supervisor = Supervisor(self.stop_event)
+        self.supervisor.add("inbox-worker", self.inbox)
+        self.supervisor.add("forge-worker", self.forge)
+        self.supervisor.add("delivery-worker", self.delivery)
         self.alarm = Alarm("alarm")
         self._wire()
 
@@ -120,10 +130,14 @@ class Service:
                 ).start()
             self._run_once() if once else self._run_forever()
         finally:
+            self._publish_workers()
             self.alarm.stop()
             self._set_status(state="stopped", stopped_at=_now())
             lock.release()
             log.info("service stopped")
+        if self.supervisor.failed:
+            log.error("exit %d: %s", EXIT_FAILED, self.supervisor.failed)
+            return EXIT_FAILED
         if once and self.forge_failures:
             log.error(
                 "run --once: %d forge visit(s) failed in this pass (see the warnings above); "
@@ -158,24 +172,25 @@ class Service:
         signal.signal(signal.SIGINT, handle)
 
     def _run_forever(self) -> None:
-        threads = [
-            threading.Thread(target=self.inbox.run, name="inbox-worker"),
-            threading.Thread(target=self.forge.run, args=(self._cycled,), name="forge-worker"),
-            threading.Thread(target=self.delivery.run, name="delivery-worker"),
-        ]
-        for thread in threads:
-            thread.start()
+        self.supervisor.start()
+        self._publish_workers()
         try:
             paused = self.app.pause.since()
             while not self.stop_event.wait(1.0):
+                self._publish_workers()
                 was, paused = paused, self.app.pause.since()
                 if was is not None and paused is None:  # resumed by another process
                     self.resumed()
         finally:
             self.stop()
-            for thread in threads:
-                thread.join()
+            self.supervisor.join()
             self.opener.shutdown()
+
+    def _publish_workers(self) -> None:
+        """The workers' states into the status file, when they changed."""
+        workers = self.supervisor.states()
+        if workers != self.status.get("workers"):
+            self._set_status(workers=workers)
 
     def _run_once(self) -> None:
         """Take the files present now (unless paused), one forge cycle, deliver what is
@@ -191,8 +206,8 @@ class Service:
         self.poll_cycle()
         self.opener.drain()  # resumed intakes the cycle handed over
         wait(self.delivery.deliver_due())
-        for pool in (self.inbox.pool, self.forge.pool, self.delivery.pool):
-            pool.shutdown(wait=True)
+        for worker in (self.inbox, self.forge, self.delivery):
+            worker.close()
         self.opener.shutdown()
 
     def check_state(self) -> None:
@@ -236,13 +251,20 @@ class Service:
                 self.forge_failures += 1
         self._set_status(last_error=f"{_now()} {what}: {error}")
 
+    def live_status(self) -> dict[str, Any]:
+        """The status as the status file has it, with the workers' states as they are now
+        (for `/readyz` in this process: right even when the file cannot be written)."""
+        with self._status_lock:
+            status = dict(self.status)
+        return status | {"running": True, "workers": self.supervisor.states()}
+
     def _set_status(self, **fields: Any) -> None:
         with self._status_lock:
             self.status.update(fields)
             try:
                 write_json(self.status_path, self.status)
             except OSError as exc:  # a full disk must not stop the service; the log says it
-                log.error("cannot write %s: %s", self.status_path, exc)
+                log.error("status file not written: %s", exc)  # the error names the file
 
 
 def _now() -> str:

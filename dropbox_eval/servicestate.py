@@ -37,3 +37,11 @@ def service_running(state_dir: Path) -> bool:
     if not (state_dir / "service.lock").exists():
         return False
     return bool(read_status(state_dir)["running"])
+
+
+def running_status(state_dir: Path) -> dict[str, Any] | None:
+    """The running service's status record, or None when no service holds the folder."""
+    if not (state_dir / "service.lock").exists():
+        return None
+    status = read_status(state_dir)
+    return status if status["running"] else None

@@ -172,14 +172,7 @@ class StateCheck:
                 f"settle from the record (charge {batch.charged or 0}, release {held})",
                 lambda: self.store.settle(settlement),
             )
-        stranded = (
-            finished
-            and batch.emitted_at is None
-            and batch.delivery_attempts > 0
-            and batch.next_delivery_at is None
-            and batch.delivery_attempts < self.delivery_max_attempts
-        )
-        if stranded:
+        if stranded(batch, self.delivery_max_attempts):
             return (
                 "finished and unreported, with no next delivery",
                 "schedule its delivery now",
@@ -198,6 +191,18 @@ class StateCheck:
         if repair:
             apply()
         return Finding(subject, problem, action, repaired=repair)
+
+
+def stranded(batch: BatchRecord, delivery_max_attempts: int) -> bool:
+    """A finished, unreported batch with no next delivery though it has automatic tries
+    left (a try killed between its writes): the check schedules one, no person needed."""
+    return (
+        batch.status != BatchStatus.RUNNING
+        and batch.emitted_at is None
+        and batch.delivery_attempts > 0
+        and batch.next_delivery_at is None
+        and batch.delivery_attempts < delivery_max_attempts
+    )
 
 
 def _held_by(ledger: list[dict[str, Any]], key: str) -> dict[str, int]:

@@ -75,7 +75,7 @@ def operator_web(app: App) -> Iterator[tuple[str, FastAPI]]:
     """The web app over `app` with the operator key OPERATOR_KEY, on a loopback port, and the
     app itself (its `state` holds the page's sessions and sign-in throttle)."""
     app.settings.operator_key = OPERATOR_KEY
-    api = create_web(app, lambda: True)
+    api = create_web(app, lambda: {})
     server = BackgroundServer(api)
     yield server.start(), api
     server.stop()
@@ -217,7 +217,7 @@ def serving(app: App) -> Iterator[Service]:
 def served(app: App) -> Iterator[str]:
     """The HTTP server (API, metrics, health, page) over `app` on a loopback port, as
     `serve` runs it, for as long as the block runs; its base URL."""
-    server = BackgroundServer(create_web(app, lambda: True))
+    server = BackgroundServer(create_web(app, lambda: {}))
     try:
         yield server.start()
     finally:

@@ -94,7 +94,7 @@ def test_the_page_follows_progress_and_redelivers(
     receiver.answers.clear()  # the receiver is back
     tried = len(receiver.received)
 
-    server = BackgroundServer(create_web(app, lambda: True))
+    server = BackgroundServer(create_web(app, lambda: {}))
     url = server.start()
     try:
         refused: list[str] = []  # the page's own policy must not block any of its parts
@@ -158,7 +158,7 @@ def test_the_batch_page_cancels_redelivers_and_lists_ended_batches(
     repo = app.store.get_batch(running).repo
     numbers = [t.issue_number for t in app.store.get_tasks(running)]
 
-    server = BackgroundServer(create_web(app, lambda: True))
+    server = BackgroundServer(create_web(app, lambda: {}))
     url = server.start()
     try:
         _signed_in(page, url)
@@ -225,7 +225,7 @@ def test_the_api_docs_render_with_the_network_blocked(app: App, page: object) ->
             route.abort()
 
     page.route("**/*", loopback_only)
-    server = BackgroundServer(create_web(app, lambda: True))
+    server = BackgroundServer(create_web(app, lambda: {}))
     url = server.start()
     try:
         page.goto(f"{url}/docs")

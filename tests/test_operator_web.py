@@ -178,7 +178,7 @@ def test_an_undelivered_report_shows_its_age(
 
 def test_healthz_and_readyz(app: App, forge: SandboxForge) -> None:
     watched = [True]
-    server = BackgroundServer(create_web(app, lambda: watched[0]))
+    server = BackgroundServer(create_web(app, lambda: {} if watched[0] else None))
     url = server.start()
     try:
         assert requests.get(f"{url}/healthz", timeout=30).json() == {"ok": True}
@@ -189,11 +189,13 @@ def test_healthz_and_readyz(app: App, forge: SandboxForge) -> None:
             "state": "ok",
             "forge": "ok",
             "inbox": "ok",
+            "workers": "ok",
+            "storage": "ok",
         }
         watched[0] = False
         forge.stop()
         server.stop()  # a new server: the readiness answer is cached for a few seconds
-        server = BackgroundServer(create_web(app, lambda: watched[0]))
+        server = BackgroundServer(create_web(app, lambda: {} if watched[0] else None))
         url = server.start()
         answer = requests.get(f"{url}/readyz", timeout=30)
         assert answer.status_code == 503

@@ -28,8 +28,9 @@ KEY = "pause-operator-key"
 class Running:
     """`dropbox-eval run --http-port 0` as a child process; its URL and its log lines."""
 
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, extra_env: dict[str, str] | None = None) -> None:
         env = home.env() | {"SAAS_EVAL_OPERATOR_KEY": KEY, "SAAS_EVAL_POLL_INTERVAL": "0.5"}
+        env |= extra_env or {}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dropbox_eval", "run", "--http-port", "0"],
             env=env,

@@ -97,7 +97,7 @@ def test_check_fails_on_what_it_cannot_repair_and_the_service_says_so(
     Service(app).check_state()  # what every start runs
     status = json.loads(cli("status", "--json").stdout)
     assert [p["subject"] for p in status["state_problems"]] == [f"batch {batch_id}"]
-    server = BackgroundServer(create_web(app, lambda: True))
+    server = BackgroundServer(create_web(app, lambda: {}))
     try:
         answer = requests.get(f"{server.start()}/readyz", timeout=30)
     finally:
@@ -121,4 +121,4 @@ def test_check_repair_is_refused_beside_a_running_service_and_works_alone(
     assert world.batch()["status"] == BatchStatus.COMPLETED
     assert world.store().get_client("acme").held == 0  # type: ignore[union-attr]
     again = json.loads(cli("check", "--json").stdout)
-    assert again == {"findings": [], "ok": True, "repaired": False}
+    assert again == {"attention": [], "findings": [], "ok": True, "repaired": False}

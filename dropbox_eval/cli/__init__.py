@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import __version__
-from ..errors import EXIT_INTERRUPTED
+from ..errors import EXIT_INTERRUPTED, answer_for, error_document, storage_error
 from .logs import configure_logging
 
 if TYPE_CHECKING:  # loaded by the commands that use them: `--help` stays light
@@ -74,11 +74,17 @@ class Context:
 
         return build_app(self.settings(**more))
 
-    def store(self) -> Store:
-        """The state opened read-only: creates nothing; exit 2 when there is none."""
+    def store(self, *, writable: bool = False) -> Store:
+        """The state opened read-only: creates nothing; exit 2 when there is none.
+        `writable`: StorageUnavailable (exit 1) when the state folder is full, read-only or
+        refused, for the commands that must not say all is well then (`status`, `check`)."""
         from ..statefolder import open_state
+        from ..storage import require_writable
 
-        return open_state(self.settings())
+        store = open_state(self.settings())
+        if writable:
+            require_writable(store.state_dir)
+        return store
 
 
 class SettingOption(click.Option):
@@ -250,10 +256,27 @@ class Main(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        """Run the command line; see the class docstring."""
+        """Run the command line; see the class docstring. The last net: a full, read-only or
+        refused folder met outside a command's `friendly_errors` is one line too."""
         argv = list(sys.argv[1:] if args is None else args)
-        if "--json" not in argv or not standalone_mode:
-            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        as_json = "--json" in argv and standalone_mode
+        try:
+            if not as_json:
+                return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+            return self._main_json(argv, prog_name, complete_var, **extra)
+        except OSError as exc:
+            error = storage_error(exc)
+            if error is None or not standalone_mode:
+                raise
+            from .output import emit_error  # here: `--help` loads no rich
+
+            emit_error(error_document(error), as_json=as_json)
+            sys.exit(answer_for(error)[1])
+
+    def _main_json(
+        self, argv: list[str], prog_name: str | None, complete_var: str | None, **extra: Any
+    ) -> Any:
+        """`main` under `--json`: a usage error is a JSON document on stdout too."""
         from .output import emit_error, problem
 
         try:

@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from ..logfilter import RepeatFilter
 from ..printable import printable
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(message)s"
@@ -78,6 +79,7 @@ def configure_logging(verbose: int, log_format: str, *, service: bool) -> None:
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(base + verbose, 2)]
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.addFilter(RepeatFilter())  # a full disk: one line a minute, not thousands
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

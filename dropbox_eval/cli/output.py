@@ -3,7 +3,8 @@
 Exit codes: errors.EXIT_CODES (README "Exit codes"); errors map to them through the one
 table, errors.answer_for. An error is one line on stderr, or under `--json` the document
 `{"ok": false, "reason", "message"}` on stdout (the API's error shape), with the same exit
-code. Ctrl-C ends any command quietly with 130.
+code; a full, read-only or refused folder too (errors.storage_error), never a traceback.
+Ctrl-C ends any command quietly with 130.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from ..errors import EXIT_INTERRUPTED, DropboxEvalError, answer_for, error_document
+from ..errors import (
+    EXIT_INTERRUPTED,
+    DropboxEvalError,
+    answer_for,
+    error_document,
+    storage_errors,
+)
 
 # piped output keeps whole ids (rich assumes 80 columns when stdout is not a terminal)
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -58,9 +65,11 @@ def fail(message: str, code: int, *, as_json: bool = False, reason: str = "faile
 
 @contextlib.contextmanager
 def friendly_errors(as_json: bool = False) -> Iterator[None]:
-    """Map the project's errors to their message and documented exit code."""
+    """Map the project's errors (and an OSError of a full, read-only or refused folder) to
+    their message and documented exit code."""
     try:
-        yield
+        with storage_errors():
+            yield
     except DropboxEvalError as exc:
         emit_error(error_document(exc), as_json=as_json)
         sys.exit(answer_for(exc)[1])

@@ -14,7 +14,7 @@ import click
 from ..app import build_app
 from ..errors import ConfigError
 from ..service import Service
-from ..servicestate import already_running, service_running
+from ..servicestate import already_running, running_status, service_running
 from . import FOLDERS, FORGE, Context, uses
 from .output import emit_json, friendly_errors, json_option
 
@@ -108,10 +108,12 @@ def _http(service: Service, host: str, port: int | None) -> Iterator[None]:
     from ..web.server import create_web
     from ..webserver import BackgroundServer
 
-    def watched() -> bool:
-        return not service.stop_event.is_set() and service_running(service.settings.state_path)
+    def status() -> dict[str, Any] | None:
+        if service.stop_event.is_set() or not service_running(service.settings.state_path):
+            return None
+        return service.live_status()
 
-    server = BackgroundServer(create_web(service.app, watched), host=host, port=port, name="http")
+    server = BackgroundServer(create_web(service.app, status), host=host, port=port, name="http")
     try:
         url = server.start()
     except RuntimeError as exc:
@@ -157,7 +159,7 @@ def serve(obj: Context, host: str, port: int) -> None:
 
     with friendly_errors():
         app = obj.app()
-        web = create_web(app, lambda: service_running(app.settings.state_path))
+        web = create_web(app, lambda: running_status(app.settings.state_path))
     uvicorn.run(web, host=host, port=port, log_level="info", log_config=None)
 
 

@@ -24,7 +24,7 @@ def status(obj: Context, as_json: bool) -> None:
     """Whether the service runs, since when, its last poll and last error (writes nothing).
     Exit 0 when it runs and 3 when it does not (as `systemctl status`)."""
     with friendly_errors(as_json):
-        views = Views(obj.store())
+        views = Views(obj.store(writable=True))
         record = views.service()
         record["batches"] = views.count()  # the index alone, whatever the history
         record["sftp"] = sftp_status(views.store.state_dir)
@@ -52,6 +52,9 @@ def _print_status(record: dict[str, Any]) -> None:
             "(files wait in the inbox; `dropbox-eval resume` ends it)"
         )
     click.echo(f"last error: {record.get('last_error') or '-'}")
+    if record["running"]:
+        for name, worker in sorted((record.get("workers") or {}).items()):
+            click.echo(_worker_line(name, worker))
     problems = record.get("state_problems") or []
     click.echo(
         f"state: {len(problems)} problem(s) to look at (`dropbox-eval check`)"
@@ -66,6 +69,18 @@ def _print_status(record: dict[str, Any]) -> None:
     click.echo(f"sftp: {state}; host key {sftp.get('host_key') or '- (created on first start)'}")
     for reserved in record["reserved_clients"]:
         click.echo(f"warning: {rename_advice(reserved['client_id'], reserved['available'])}")
+
+
+def _worker_line(name: str, worker: dict[str, Any]) -> str:
+    """`worker forge-worker: restarting since ..., 2 restart(s), last error: ...`."""
+    words = f"worker {name}: {worker['state']} since {worker['since']}"
+    if worker.get("detail"):
+        words += f" ({worker['detail']})"
+    if worker.get("restarts"):
+        words += f", {worker['restarts']} restart(s)"
+    if worker.get("last_error"):
+        words += f", last error: {worker['last_error']}"
+    return words
 
 
 COMMANDS = [status]

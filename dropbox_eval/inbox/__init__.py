@@ -81,7 +81,6 @@ class Inbox:
     ) -> None:
         """`intake` records batches; `cancel` cancels one (a cancel file); `stale_after`:
         seconds after which an upload never renamed into place goes."""
-        root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
         self.stale_uploads = StaleUploads(self.root, stale_after)
         self.store = store

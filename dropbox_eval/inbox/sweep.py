@@ -41,7 +41,7 @@ class StaleUploads:
 
     def sweep_if_due(self) -> list[Path]:
         """Sweep unless the last sweep was less than `every` seconds ago; what was removed."""
-        now = self.clock()
+        now = time.monotonic()  # a wall clock stepped back must not hold the sweeps
         if now < self._next:
             return []
         self._next = now + self.every

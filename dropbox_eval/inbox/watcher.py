@@ -16,9 +16,10 @@ exact. Two things make the watcher itself robust:
 
 - Only changes are subscribed to (created, modified, attributes, moved, closed-after-write),
   so the service's own reads do not echo back as events.
-- A supervisor thread notices when the observer stopped watching (the inbox folder was
-  deleted and recreated, a share was remounted over it, the emitter thread died) and
-  rebuilds it, then offers every file present so nothing waits for the next rescan.
+- On every tick of the inbox worker, `keep` notices when the observer stopped watching (the
+  inbox folder was deleted and recreated, a share was remounted over it, the emitter
+  thread died) and rebuilds it, then offers every file present so nothing waits for the
+  next rescan. A missing inbox folder (a share not mounted yet) is a state to wait out.
 
 `polling=True` (for network and FUSE shares, which the service detects with mounts.py) uses
 watchdog's polling observer with `lstat` and a
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -60,7 +62,6 @@ WATCHED_EVENTS: list[type[FileSystemEvent]] = [
     FileMovedEvent,
     FileClosedEvent,
 ]
-SUPERVISE_SECONDS = 1.0
 
 
 class _Handler(FileSystemEventHandler):
@@ -103,7 +104,8 @@ class _Handler(FileSystemEventHandler):
 
 
 class InboxWatcher:
-    """Runs a (polling, for network shares) observer over the inbox, recursively."""
+    """Runs a (polling, for network shares) observer over the inbox, recursively; `keep`,
+    called on every tick of the inbox worker, keeps it on the folder that is there now."""
 
     def __init__(
         self,
@@ -115,7 +117,6 @@ class InboxWatcher:
         polling: bool = False,
         decide: Callable[[], bool] | None = None,
         poll_seconds: float = 1.0,
-        supervise_seconds: float = SUPERVISE_SECONDS,
     ) -> None:
         """`on_path` gets every path an event names (a wake-up); `on_renamed`, if given, gets
         the destination of a rename into place instead (inotify only, see the module
@@ -128,38 +129,70 @@ class InboxWatcher:
         self.polling = polling
         self.decide = decide
         self.poll_seconds = poll_seconds
-        self.supervise_seconds = supervise_seconds
         self.restarts = 0
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._identity = _identity(root)
-        self.observer = self._build()
-        self._supervisor = threading.Thread(
-            target=self._supervise, name="inbox-supervisor", daemon=True
-        )
+        self._identity: tuple[int, int] | None = None
+        self.observer: BaseObserver | None = None
+        self.problem: str | None = None
+        self._built = False
 
-    def start(self) -> None:
-        """Start the observer thread and its supervisor."""
-        with self._lock:
-            self.observer.start()
-        self._supervisor.start()
+    def keep(self) -> str | None:
+        """Watch the inbox folder that is there now: None while watched, or what is wrong
+        ("missing", "not a folder", "unreachable: ..."), a state to wait out, logged once
+        when it begins and when it ends. A new folder's files are offered at once."""
+        problem, identity = _look(self.root)
+        if problem != self.problem:
+            self._log_change(problem)
+            self.problem = problem
+        if identity is None:
+            self._stop_observer()
+            return problem
+        if identity == self._identity and self.observer and _alive(self.observer):
+            return None
+        again = self._built  # the first start's files come from the worker's first rescan
+        self._rebuild(identity)
+        if again:
+            for path in candidates(self.root):  # what arrived while nobody was watching
+                self.on_path(path)
+            self.wake.set()
+        return None
 
     def stop(self) -> None:
-        """Stop and join the supervisor and the observer thread."""
-        self._stopping.set()
-        if self._supervisor.is_alive():
-            self._supervisor.join(timeout=5)
-        with self._lock:
-            _stop(self.observer)
+        """Stop the observer thread."""
+        self._stop_observer()
 
-    def healthy(self) -> bool:
-        """Whether the observer is running and still watching the inbox folder we see now."""
-        try:
-            identity = _identity(self.root)
-        except OSError:
-            return False
-        with self._lock:
-            return identity == self._identity and _alive(self.observer)
+    def _rebuild(self, identity: tuple[int, int]) -> None:
+        if self.observer is not None:
+            log.warning(
+                "inbox watcher: %s stopped delivering events (folder replaced or "
+                "observer stopped); restarting it",
+                self.root,
+            )
+            self._stop_observer()
+        if self._built:  # another folder than at start (a share mounted): decide again
+            self.restarts += 1
+            if self.decide is not None:
+                self.polling = self.decide()
+        self._built = True
+        self._identity = identity
+        self.observer = self._build()
+        self.observer.start()
+
+    def _stop_observer(self) -> None:
+        if self.observer is not None:
+            _stop(self.observer)
+            self.observer = None
+            self._identity = None
+
+    def _log_change(self, problem: str | None) -> None:
+        if problem is None:
+            log.info("inbox %s is there again: taking its files", self.root)
+        else:
+            log.warning(
+                "inbox %s is %s (a share not mounted yet?): waiting for it; files dropped "
+                "there are taken once it is back",
+                self.root,
+                problem,
+            )
 
     def _build(self) -> BaseObserver:
         observer: BaseObserver
@@ -175,43 +208,18 @@ class InboxWatcher:
         observer.schedule(handler, str(self.root), recursive=True, event_filter=WATCHED_EVENTS)
         return observer
 
-    def _supervise(self) -> None:
-        while not self._stopping.wait(self.supervise_seconds):
-            try:
-                self._supervise_once()
-            except Exception:  # noqa: BLE001 - the supervisor must outlive any single failure
-                log.exception("inbox watcher: supervision failed; rescans still run")
 
-    def _supervise_once(self) -> None:
-        try:
-            identity = _identity(self.root)
-        except OSError:
-            return  # the folder is missing or the share unreachable: wait for it to return
-        with self._lock:
-            if self._stopping.is_set():
-                return
-            if identity == self._identity and _alive(self.observer):
-                return
-            log.warning(
-                "inbox watcher: %s stopped delivering events (folder replaced or "
-                "observer stopped); restarting it",
-                self.root,
-            )
-            _stop(self.observer)
-            self._identity = identity
-            if self.decide is not None:
-                self.polling = self.decide()
-            self.observer = self._build()
-            self.observer.start()
-            self.restarts += 1
-        for path in candidates(self.root):  # whatever arrived while nobody was watching
-            self.on_path(path)
-        self.wake.set()
-
-
-def _identity(root: Path) -> tuple[int, int]:
-    info = os.stat(root)
-    return info.st_dev, info.st_ino
+def _look(root: Path) -> tuple[str | None, tuple[int, int] | None]:
+    """(what is wrong with the inbox folder or None, its identity when it is a folder)."""
+    try:
+        info = os.stat(root)
+    except FileNotFoundError:
+        return "missing", None
+    except OSError as exc:
+        return f"unreachable: {exc.strerror or exc}", None
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a folder", None
+    return None, (info.st_dev, info.st_ino)
 
 
 def _alive(observer: BaseObserver) -> bool:

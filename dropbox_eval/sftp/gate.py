@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import asyncssh
 
+from ..logfilter import AUDIT
 from ..names import reserved_reason
 from .accounting import Session
 
@@ -71,7 +72,9 @@ class Gate(asyncssh.SSHServer):
         self.username = username
         reserved = reserved_reason(username)
         if reserved is not None:  # KeyStore.find accepts no key for it
-            log.warning("sftp: login as %r from %s refused: %s", username, self.peer, reserved)
+            log.warning(
+                "sftp: login as %r from %s refused: %s", username, self.peer, reserved, extra=AUDIT
+            )
         self._refuse_if_limited(username)
         return True  # authentication is always required
 
@@ -91,6 +94,7 @@ class Gate(asyncssh.SSHServer):
             limiter.max_failures,
             limiter.max_users,
             limiter.window,
+            extra=AUDIT,
         )
         assert self.conn is not None
         self.conn.disconnect(asyncssh.DISC_NO_MORE_AUTH_METHODS_AVAILABLE, why)
@@ -156,4 +160,5 @@ class Gate(asyncssh.SSHServer):
             count,
             limiter.max_failures,
             limiter.window,
+            extra=AUDIT,
         )

@@ -31,6 +31,7 @@ from filelock import Timeout
 
 from ..config import Settings
 from ..errors import AlreadyRunning
+from ..logfilter import AUDIT
 from ..secrecy import make_state_private
 from .accounting import FileLog, Session
 from .bounds import Bounds, raise_descriptor_limit
@@ -124,6 +125,7 @@ class Endpoint:
                 session.who(),
                 self.counter.count(session.client_id),
                 self.counter.limit,
+                extra=AUDIT,
             )
             return False
         self.live[conn] = session

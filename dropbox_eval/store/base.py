@@ -16,7 +16,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from tinydb import TinyDB
 
-from ..errors import NoState, StoreError
+from ..errors import NoState, StoreError, storage_error, storage_errors
 from ..locks import SharedLock
 from ..models import TaskRecord
 from ..secrecy import private_folder
@@ -66,8 +66,11 @@ class StoreBase:
         ):
             try:
                 private_folder(folder)
-            except OSError as exc:  # a file in the way, no permission
-                raise StoreError(f"cannot create the state folder {folder}: {exc}") from None
+            except OSError as exc:  # a file in the way, no permission, a read-only disk
+                error = storage_error(exc, folder, what="cannot create the state folder")
+                raise error or StoreError(
+                    f"cannot create the state folder {folder}: {exc}"
+                ) from None
         self._remove_leftovers()
 
     def _remove_leftovers(self) -> None:
@@ -92,7 +95,8 @@ class StoreBase:
         """Create a new batch's lease file, so that taking the lease only opens it (filelock
         creates a lock file after probing its folder with a temporary file)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        os.close(os.open(self.leases_dir / f"{batch_id}.lock", flags, 0o666))
+        with storage_errors(self.leases_dir / f"{batch_id}.lock"):
+            os.close(os.open(self.leases_dir / f"{batch_id}.lock", flags, 0o666))
 
     @contextlib.contextmanager
     def intake_lease(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
@@ -100,7 +104,8 @@ class StoreBase:
         False when another holder kept it for `wait` seconds."""
         lease = FileLock(str(self.leases_dir / f"{batch_id}.lock"))
         try:
-            lease.acquire(timeout=wait)
+            with storage_errors(lease.lock_file):
+                lease.acquire(timeout=wait)
         except Timeout:
             yield False
             return
@@ -112,7 +117,7 @@ class StoreBase:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the inter-process lock (re-entrant within a thread)."""
-        with self._lock:
+        with _taken(self._lock):
             yield
 
     @contextlib.contextmanager
@@ -121,7 +126,7 @@ class StoreBase:
         processes. A change to them alone (a flag on the record, a task's issue) needs no
         more, so drops of different batches do not queue on the store lock. Order: the
         store lock first, when both are taken; never the store lock while holding this."""
-        with self._record_locks[zlib.crc32(batch_id.encode()) % RECORD_STRIPES]:
+        with _taken(self._record_locks[zlib.crc32(batch_id.encode()) % RECORD_STRIPES]):
             yield
 
     @contextlib.contextmanager
@@ -214,6 +219,16 @@ class StoreBase:
     def _live_rows(self) -> list[Row]:
         with self._index() as db:
             return [dict(r) for r in db.table("batches").all()]
+
+
+@contextlib.contextmanager
+def _taken(lock: SharedLock) -> Iterator[None]:
+    """Hold `lock`; a lock file that cannot be created (a full or read-only state folder)
+    is a StorageUnavailable naming it, while errors of the block go through as they are."""
+    with contextlib.ExitStack() as held:
+        with storage_errors(lock.path):
+            held.enter_context(lock)
+        yield
 
 
 SUMMARY_FIELDS = (

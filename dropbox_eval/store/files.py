@@ -19,7 +19,7 @@ import orjson
 from tinydb.storages import Storage
 
 from .. import crashpoints
-from ..errors import StoreError
+from ..errors import StoreError, storage_errors
 from ..fileio import write_atomically
 
 BLOCK = 1 << 13
@@ -90,15 +90,16 @@ def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
     """Append one JSON line per document and fsync (a line a crash cut short is closed)."""
     if not docs:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+b") as handle:
-        if handle.tell() > 0:
-            handle.seek(handle.tell() - 1)
-            if handle.read(1) != b"\n":  # finish a line a crash cut short
-                handle.write(b"\n")
-        handle.write(b"".join(dumps(d) + b"\n" for d in docs))
-        handle.flush()
-        os.fsync(handle.fileno())
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a+b") as handle:
+            if handle.tell() > 0:
+                handle.seek(handle.tell() - 1)
+                if handle.read(1) != b"\n":  # finish a line a crash cut short
+                    handle.write(b"\n")
+            handle.write(b"".join(dumps(d) + b"\n" for d in docs))
+            handle.flush()
+            os.fsync(handle.fileno())
     crashpoints.wrote(path.name)
 
 

@@ -13,7 +13,7 @@ from ..servicestate import read_status
 from ..timestamps import rfc3339
 
 SERVICE_TIMES = ("started_at", "stopped_at", "last_poll_at", "state_checked_at")
-KEPT_WHEN_STOPPED = ("stopped_at", "last_error", "state_problems")
+KEPT_WHEN_STOPPED = ("stopped_at", "last_error", "state_problems", "workers")
 
 
 def service_view(state_dir: Path) -> dict[str, Any]:

@@ -9,12 +9,15 @@ readable by more people than the ledger.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .. import storage
+from ..errors import DropboxEvalError
 from ..inbox.scan import candidates
 from ..rejections import REJECTION_REASONS
 from ..timestamps import parse
@@ -25,6 +28,7 @@ from .metrics import PREFIX
 if TYPE_CHECKING:
     from ..app import App
 
+log = logging.getLogger("dropbox_eval")
 MONEY = (
     ("credits_balance", GaugeMetricFamily, "balance", "Credit balance"),
     ("credits_held", GaugeMetricFamily, "held", "Credits held by running batches"),
@@ -40,28 +44,63 @@ class StateCollector(Collector):
         self.views = Views(app.store)
 
     def collect(self) -> Iterator[Metric]:
-        """Called by the registry on every scrape."""
+        """Called by the registry on every scrape. A part that cannot be read now (a full
+        or refused state folder, a file mid-repair) is left out of this scrape, logged and
+        counted in `scrape_errors`: it never fails the whole scrape."""
+        failed = 0
+        for part in (self._store, self._counts, self._service, self._inbox, self._storage):
+            try:
+                metrics = list(part())
+            except (DropboxEvalError, OSError) as exc:
+                log.warning("metrics: %s left out of this scrape: %s", part.__name__[1:], exc)
+                failed += 1
+                continue
+            yield from metrics
+        yield GaugeMetricFamily(
+            f"{PREFIX}_scrape_errors",
+            "Parts of this scrape left out because they could not be read (the log says why).",
+            value=failed,
+        )
+
+    def _store(self) -> Iterator[Metric]:
         overview = self.views.overview(for_metrics=True)
-        rejected = dict.fromkeys(REJECTION_REASONS, 0) | self.views.rejection_counts()
-        webhooks = dict.fromkeys(WEBHOOK_OUTCOMES, 0) | dict(self.app.webhooks.counts)
         yield from (
             _family(
                 CounterMetricFamily, "batches_accepted", BY_SOURCE, "source", overview.accepted
             ),
-            _family(CounterMetricFamily, "files_rejected", BY_REASON, "reason", rejected),
             _family(GaugeMetricFamily, "batches", "Batches by status.", "status", overview.batches),
             _family(GaugeMetricFamily, "tasks", "Tasks by status.", "status", overview.tasks or {}),
             _family(GaugeMetricFamily, "reports", BY_REPORT, "outcome", overview.reports),
-            _family(CounterMetricFamily, "forge_webhooks", BY_WEBHOOK, "outcome", webhooks),
         )
         yield from self._deliveries(overview)
         yield from self._credits(overview)
-        yield from self._service()
+
+    def _counts(self) -> Iterator[Metric]:
+        """Rejections (state/rejections.counts.json) and this process's webhook outcomes."""
+        rejected = dict.fromkeys(REJECTION_REASONS, 0) | self.views.rejection_counts()
+        webhooks = dict.fromkeys(WEBHOOK_OUTCOMES, 0) | dict(self.app.webhooks.counts)
+        yield _family(CounterMetricFamily, "files_rejected", BY_REASON, "reason", rejected)
+        yield _family(CounterMetricFamily, "forge_webhooks", BY_WEBHOOK, "outcome", webhooks)
+
+    def _inbox(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             f"{PREFIX}_inbox_waiting_files",
             "Files in the inbox not yet taken (waiting for readiness or the service).",
             value=len(candidates(self.app.settings.inbox_path)),
         )
+
+    def _storage(self) -> Iterator[Metric]:
+        """Whether each folder takes writes (storage.py; looked at without writing)."""
+        family = GaugeMetricFamily(
+            f"{PREFIX}_storage_writable",
+            "1 while the folder takes writes; 0 while it is full, read-only or refused "
+            "(/readyz names the cause).",
+            labels=["folder"],
+        )
+        for label, folder in storage.folders(self.app.settings):
+            writable = storage.probe(label, folder) is None
+            family.add_metric([label.split()[0]], int(writable))
+        yield family
 
     def _deliveries(self, overview: Overview) -> Iterator[Metric]:
         yield GaugeMetricFamily(
@@ -101,6 +140,21 @@ class StateCollector(Collector):
             "When the running service last finished a forge poll cycle (0: none).",
             value=parse(last_poll).timestamp() if last_poll else 0.0,
         )
+        workers = (service.get("workers") or {}) if service["running"] else {}
+        restarts = CounterMetricFamily(
+            f"{PREFIX}_worker_restarts",
+            "Restarts of each worker of the running service after its loop failed.",
+            labels=["worker"],
+        )
+        up = GaugeMetricFamily(
+            f"{PREFIX}_worker_up",
+            "1 while the worker runs (or waits for its inbox), 0 while it restarts or failed.",
+            labels=["worker"],
+        )
+        for name, worker in sorted(workers.items()):
+            restarts.add_metric([name], int(worker.get("restarts", 0)))
+            up.add_metric([name], int(worker.get("state") in ("running", "waiting")))
+        yield from (restarts, up)
 
 
 BY_SOURCE = "Batches accepted, by how they came (a dropped file, the HTTP API, or a retry)."

@@ -1,9 +1,10 @@
 """Health: `/healthz` (the process answers) and `/readyz` (it can do its work).
 
-Ready means: the store is readable, the forge answers within its timeout, and the inbox is
-watched (a service holds the state folder). Each check says why it failed, in words an
-operator can act on. Answers are kept for a few seconds so a page refreshing every few
-seconds does not probe the forge on every view.
+Ready means: the store is readable, the forge answers within its timeout, the inbox is
+watched (a service holds the state folder and the inbox folder is there), and every
+worker of the service is up (none restarting after a failure). Each check says why it
+failed, in words an operator can act on. Answers are kept for a few seconds so a page
+refreshing every few seconds does not probe the forge on every view.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from .. import storage
 from ..errors import DropboxEvalError
 from ..servicestate import read_status
 
@@ -38,9 +40,11 @@ class Readiness:
 class Health:
     """Runs the readiness checks of one wired App."""
 
-    def __init__(self, app: App, inbox_watched: Callable[[], bool]) -> None:
+    def __init__(self, app: App, service_status: Callable[[], dict[str, Any] | None]) -> None:
+        """`service_status()`: the running service's status (service.json's record, its
+        `workers` as they are now), or None when no service holds the state folder."""
         self.app = app
-        self.inbox_watched = inbox_watched
+        self.service_status = service_status
         self._lock = threading.Lock()
         self._cached: tuple[float, Readiness] | None = None
 
@@ -54,7 +58,8 @@ class Health:
                     "store": self._store(),
                     "state": self._state(),
                     "forge": self._forge(),
-                    "inbox": self._inbox(),
+                    **self._service(),
+                    "storage": self._storage(),
                 }
             )
             self._cached = (time.monotonic(), result)
@@ -78,6 +83,12 @@ class Health:
             f"{first['subject']}: {first['problem']} (see `dropbox-eval check`)"
         )
 
+    def _storage(self) -> str:
+        """A full, read-only or refused state folder, inbox or outbox (storage.py), e.g.
+        `state folder /srv/state: no space left on device (ENOSPC)`; each one found."""
+        found = storage.problems(self.app.settings, write=True)
+        return "; ".join(str(problem) for problem in found) or "ok"
+
     def _forge(self) -> str:
         if self.app.gitea is None:
             return "no forge configured (SAAS_EVAL_GITEA_URL, SAAS_EVAL_GITEA_TOKEN)"
@@ -87,5 +98,18 @@ class Health:
             return f"forge unreachable: {exc}"
         return "ok"
 
-    def _inbox(self) -> str:
-        return "ok" if self.inbox_watched() else "no service is watching the inbox"
+    def _service(self) -> dict[str, str]:
+        """`inbox`: watched, or why not (no service; the folder missing); `workers`: every
+        worker up, or which are down (workers/supervisor.py)."""
+        status = self.service_status()
+        if status is None:
+            return {"inbox": "no service is watching the inbox", "workers": "no service runs"}
+        workers: dict[str, dict[str, Any]] = status.get("workers") or {}
+        waiting = workers.get("inbox-worker", {}).get("detail")
+        down = [
+            f"{name} {state['state']} (restarts {state['restarts']}, last error: "
+            f"{state['last_error']})"
+            for name, state in sorted(workers.items())
+            if state["state"] in ("restarting", "failed")
+        ]
+        return {"inbox": waiting or "ok", "workers": "; ".join(down) or "ok"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -21,11 +21,12 @@ if TYPE_CHECKING:
     from ..app import App
 
 
-def create_web(app: App, inbox_watched: Callable[[], bool]) -> FastAPI:
-    """The HTTP server's app. `inbox_watched` tells whether a service watches the inbox
-    (the in-process service inside `run --http-port`, a lock probe for `serve`)."""
+def create_web(app: App, service_status: Callable[[], dict[str, Any] | None]) -> FastAPI:
+    """The HTTP server's app. `service_status()` is the running service's status, None
+    when none runs (the in-process service inside `run --http-port`, the status file for
+    `serve`)."""
     api = create_api(app)
-    health = Health(app, inbox_watched)
+    health = Health(app, service_status)
     app.metrics.watch_state(StateCollector(app))
 
     @api.get("/metrics", include_in_schema=False)

@@ -46,7 +46,7 @@ class OperatorSessions:
     """The live sessions of one web app (thread-safe; lost on restart by design)."""
 
     def __init__(
-        self, lifetime: float = SESSION_SECONDS, clock: Callable[[], float] = time.time
+        self, lifetime: float = SESSION_SECONDS, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.lifetime = lifetime
         self.clock = clock

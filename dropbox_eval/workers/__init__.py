@@ -11,6 +11,10 @@ They decide the flow between the stages, which never call each other:
 - DeliveryWorker (delivery.py): delivers reports as soon as a batch ends (woken by the
   settle stage), and retries on the schedule stored on each batch.
 
+The Supervisor (supervisor.py) owns the inbox, forge and delivery workers' threads: a
+loop that raises is restarted with backoff, and its state is what `status`, `/readyz`,
+`/metrics` and `check` show.
+
 Nothing retries inside a worker: each try of a forge call or a delivery is one visit, and
 the schedule stored on the batch decides the next (attempts.py).
 """

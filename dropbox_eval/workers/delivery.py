@@ -26,13 +26,17 @@ class DeliveryWorker:
 
     def run(self) -> None:
         """A pass whenever a batch ends, and every tick for the retries that fall due."""
-        try:
-            while not self.stop.is_set():
-                self.wake.clear()
-                guarded("delivery", self.report, self.deliver_due)
-                self.wake.wait(TICK_SECONDS)
-        finally:
-            self.pool.shutdown(wait=True)
+        while not self.stop.is_set():
+            self.wake.clear()
+            guarded("delivery", self.report, self.deliver_due)
+            self.wake.wait(TICK_SECONDS)
+
+    def waiting(self) -> None:
+        """Delivery waits on nothing outside the service (a slow receiver holds one thread)."""
+
+    def close(self) -> None:
+        """Let the deliveries under way finish (after the last run)."""
+        self.pool.shutdown(wait=True)
 
     def deliver_due(self) -> list[Future[Any]]:
         """Start the delivery of every due report whose destination is free."""

@@ -35,32 +35,39 @@ class InboxWorker:
         self.wake = threading.Event()
         self.tracker = ReadinessTracker(app.settings.quiet_period)
         self.pool = KeyedPool(POOL_SIZE, "inbox")
-
-    def run(self) -> None:
-        """Watch and take files until stopped."""
-        watcher = InboxWatcher(
-            self.app.inbox.root,
+        self.watcher = InboxWatcher(
+            app.inbox.root,
             self.offer,
             self.wake,
             on_renamed=lambda path: self.offer(path, renamed=True),
             polling=self.polling,
             decide=self.decide_polling,
         )
-        watcher.start()
+
+    def run(self) -> None:
+        """Watch and take files until stopped; a missing inbox folder is waited out."""
+        next_scan = time.monotonic()
         try:
-            self.rescan()
-            next_scan = time.monotonic() + self.app.settings.rescan_interval
             while not self.stop.is_set():
-                if time.monotonic() >= next_scan:
-                    self.rescan()
-                    next_scan = time.monotonic() + self.app.settings.rescan_interval
-                if self.app.pause.since() is None:  # paused: files wait, still tracked
-                    self.take_ready()
+                if self.watcher.keep() is None:
+                    if time.monotonic() >= next_scan:
+                        self.rescan()
+                        next_scan = time.monotonic() + self.app.settings.rescan_interval
+                    if self.app.pause.since() is None:  # paused: files wait, still tracked
+                        self.take_ready()
                 self.wake.wait(FAST_TICK_SECONDS if self.tracker.pending() else TICK_SECONDS)
                 self.wake.clear()
         finally:
-            watcher.stop()
-            self.pool.shutdown(wait=True)
+            self.watcher.stop()
+
+    def waiting(self) -> str | None:
+        """What intake waits for (the inbox folder is missing or not a folder), or None."""
+        problem = self.watcher.problem
+        return None if problem is None else f"inbox {self.app.inbox.root}: {problem}"
+
+    def close(self) -> None:
+        """Let the files being taken finish (after the last run)."""
+        self.pool.shutdown(wait=True)
 
     def log_polling(self) -> None:
         """Say why the inbox is polled, or that a share is not (nothing on a local disk)."""

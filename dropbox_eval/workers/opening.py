@@ -14,7 +14,7 @@ from typing import Any
 from ..app import App
 from ..errors import NotFoundError
 from ..keyedpool import KeyedPool
-from ..models import BatchStatus, utcnow
+from ..models import BatchStatus
 from .guard import Report, guarded
 
 # 8 clients served at once, as many batches of one client as its burst needs to fill the
@@ -76,7 +76,7 @@ class OpenWorker:
         unfinished = batch.status == BatchStatus.RUNNING and not batch.intake_done
         if self.retry_at is None or not unfinished or batch.next_attempt_at is None:
             return
-        seconds = (batch.next_attempt_at - utcnow()).total_seconds()
+        seconds = self.app.lifecycle.attempts.retry_in(batch)
 
         def again() -> None:
             self.offer(batch_id, batch.client_id)

@@ -12,7 +12,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..app import App
-from ..attempts import is_due
 from ..errors import ForgeError
 from ..keyedpool import KeyedPool
 from ..models import BatchStatus
@@ -34,35 +33,41 @@ class ForgeWorker:
         report: Report,
         opener: OpenWorker | None = None,
         on_full: Callable[[], None] | None = None,
+        on_cycle: Callable[[], None] = lambda: None,
     ) -> None:
         self.app = app
         self.stop = stop
         self.report = report
         self.opener = opener or OpenWorker(app, report)  # where unopened batches go
         self.on_full = on_full  # the state check, run before each full reconciliation
+        self.on_cycle = on_cycle  # told after each full cycle (the status file)
         self.cycles = 0
         self.now = threading.Event()  # set: the next cycle starts at once (a resume)
         self.pool = KeyedPool(POOL_SIZE, "forge")  # a repo that hangs holds its own visit
         # one repo per batch: a cross-repo search finds the repos that changed
         self.scout = None if app.settings.repo else ChangeScout(app)
 
-    def run(self, on_cycle: Callable[[], None]) -> None:
+    def run(self) -> None:
         """A cycle every poll interval until stopped; repos a webhook named at once."""
         nudges = self.app.nudges
-        try:
-            next_cycle = time.monotonic()
-            while not self.stop.is_set():
-                if time.monotonic() >= next_cycle or self.now.is_set():
-                    self.now.clear()
-                    guarded("poll cycle", self.report, self.cycle)
-                    on_cycle()
-                    next_cycle = time.monotonic() + self.app.settings.poll_interval
-                else:
-                    guarded("webhook poll", self.report, self.cycle, nudges.take())
-                nudges.wake.wait(min(TICK_SECONDS, max(0.0, next_cycle - time.monotonic())))
-                nudges.wake.clear()
-        finally:
-            self.pool.shutdown(wait=True)
+        next_cycle = time.monotonic()
+        while not self.stop.is_set():
+            if time.monotonic() >= next_cycle or self.now.is_set():
+                self.now.clear()
+                guarded("poll cycle", self.report, self.cycle)
+                self.on_cycle()
+                next_cycle = time.monotonic() + self.app.settings.poll_interval
+            else:
+                guarded("webhook poll", self.report, self.cycle, nudges.take())
+            nudges.wake.wait(min(TICK_SECONDS, max(0.0, next_cycle - time.monotonic())))
+            nudges.wake.clear()
+
+    def waiting(self) -> None:
+        """The forge's outages are the batches' retries, not the worker's state."""
+
+    def close(self) -> None:
+        """Let the repo visits under way finish (after the last run)."""
+        self.pool.shutdown(wait=True)
 
     def cycle(self, only: set[str] | None = None) -> list[Future[Any]]:
         """Visit every due running batch (of the repos `only` names, for a webhook's nudge:
@@ -126,7 +131,7 @@ class ForgeWorker:
             batch = store.get_batch(batch_id)
             if lifecycle.end_if_due(batch_id, batch):
                 continue
-            if batch.status != BatchStatus.RUNNING or not is_due(batch):
+            if batch.status != BatchStatus.RUNNING or not lifecycle.attempts.is_due(batch):
                 continue
             if not batch.intake_done:  # the opener creates what is missing; the issues
                 self.opener.offer(batch_id, batch.client_id)  # it has are polled meanwhile

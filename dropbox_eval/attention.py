@@ -1,0 +1,185 @@
+"""What needs a person: the list `dropbox-eval check` exits 1 on, one line each, with the
+command that resolves it.
+
+- `delivery_given_up`: a finished batch whose report used up its automatic deliveries
+  (views/batches.py `delivery_state`) and that no start reschedules (statecheck.py
+  `stranded`); the report waits in `outbox/undelivered/` until `emit ID --force`.
+- `batch_overdue`: a running batch, holding its credits, more than `overdue_grace` (ten
+  poll intervals, at least ten minutes) past its deadline (a record without one:
+  `SAAS_EVAL_MAX_COMPLETION_WINDOW` after its creation). The service expires a batch at
+  its first visit past the deadline, forge down or not: only no service, a pause or a
+  stuck service keeps it running that long.
+- `worker_down`: a worker of the running service in `restarting` or `failed` (its status
+  file, `<state>/service.json`); the file of a service that no longer runs says nothing.
+- `state_problem`: what the state check cannot repair (statecheck.py).
+
+Everything else (a delivery waiting out a backoff, a running batch within its window, what
+the next start repairs) the service resolves alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .config import Settings
+from .errors import NotFoundError
+from .models import BatchRecord, BatchStatus, utcnow
+from .pause import Pause
+from .servicestate import running_status
+from .statecheck import Finding, stranded
+from .store import Store
+from .timestamps import age, rfc3339
+from .views.batches import delivery_state
+
+WORKER_DOWN = frozenset({"restarting", "failed"})
+GRACE_POLLS = 10
+GRACE_FLOOR = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One thing a person must resolve: what kind, what it is about, what is wrong, and
+    the command (or step) that resolves it."""
+
+    kind: str
+    message: str
+    action: str
+    batch_id: str | None = None
+    client_id: str | None = None
+    worker: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The item as JSON-ready fields (every key always present)."""
+        return asdict(self)
+
+    def line(self) -> str:
+        """The item as one line of text."""
+        return f"needs a person: {self.message}; resolve: {self.action}"
+
+
+def overdue_grace(settings: Settings) -> timedelta:
+    """How long past its deadline a running batch may stay before a person is needed:
+    GRACE_POLLS poll cycles, and at least GRACE_FLOOR (a slow forge, a restart)."""
+    return max(GRACE_FLOOR, timedelta(seconds=GRACE_POLLS * settings.poll_interval))
+
+
+def needs_a_person(
+    store: Store, settings: Settings, findings: list[Finding], now: datetime | None = None
+) -> list[Attention]:
+    """Every item of the module docstring's list, state problems first, then by batch."""
+    now = now or utcnow()
+    status = running_status(settings.state_path)  # None: no service runs
+    items = [_state_problem(finding) for finding in findings if not finding.repairable]
+    for batch in _live_batches(store):
+        if _given_up(batch, settings.delivery_max_attempts):
+            items.append(_given_up_item(batch))
+        elif batch.status == BatchStatus.RUNNING:
+            deadline = _deadline(batch, settings)
+            if deadline + overdue_grace(settings) <= now:
+                items.append(_overdue_item(batch, deadline, now, _holder(settings, status)))
+    items.extend(workers_down(status))
+    return items
+
+
+def workers_down(status: dict[str, Any] | None) -> list[Attention]:
+    """The running service's workers that are down (`restarting` or `failed`), from its
+    status record (servicestate.running_status; None when no service runs)."""
+    workers = (status or {}).get("workers")
+    if not isinstance(workers, dict):
+        return []
+    return [
+        _worker_item(name, worker)
+        for name, worker in sorted(workers.items())
+        if isinstance(worker, dict) and worker.get("state") in WORKER_DOWN
+    ]
+
+
+def _live_batches(store: Store) -> list[BatchRecord]:
+    """The records of the live folder (a batch archived or gone since the listing is
+    skipped: an archived batch was delivered)."""
+    batches = []
+    for batch_id in sorted(store.live_record_ids()):
+        try:
+            batches.append(store.get_batch(batch_id))
+        except NotFoundError:
+            continue
+    return batches
+
+
+def _given_up(batch: BatchRecord, max_attempts: int) -> bool:
+    return delivery_state(batch) == "given_up" and not stranded(batch, max_attempts)
+
+
+def _deadline(batch: BatchRecord, settings: Settings) -> datetime:
+    """The batch's deadline; for a record without one, the longest window allowed."""
+    window = timedelta(seconds=settings.max_completion_window)
+    return batch.deadline or batch.created_at + window
+
+
+def _holder(settings: Settings, status: dict[str, Any] | None) -> tuple[str, str]:
+    """Why an overdue batch still runs, and what resolves it."""
+    paused = Pause(settings.state_path).since()
+    if paused is not None:
+        return f"intake paused since {paused} (deadlines wait)", "dropbox-eval resume"
+    if status is None:
+        return "no service runs (its first cycle expires it)", "dropbox-eval run"
+    return (
+        "the service has not expired it (`dropbox-eval status` says why); cancelling ends it",
+        "dropbox-eval cancel {batch_id}",
+    )
+
+
+def _state_problem(finding: Finding) -> Attention:
+    return Attention(
+        "state_problem",
+        f"{finding.subject}: {finding.problem}",
+        "an operator must look: restore or fix what it names (no start repairs it)",
+    )
+
+
+def _given_up_item(batch: BatchRecord) -> Attention:
+    last = batch.last_delivery_error or "no error recorded"
+    return Attention(
+        "delivery_given_up",
+        f"batch {batch.batch_id} (client {batch.client_id}): report delivery given up after "
+        f"{batch.delivery_attempts} attempt(s), the report waits in outbox/undelivered/ "
+        f"(last: {last})",
+        f"dropbox-eval emit {batch.batch_id} --force",
+        batch_id=batch.batch_id,
+        client_id=batch.client_id,
+    )
+
+
+def _overdue_item(
+    batch: BatchRecord, deadline: datetime, now: datetime, holder: tuple[str, str]
+) -> Attention:
+    why, action = holder
+    return Attention(
+        "batch_overdue",
+        f"batch {batch.batch_id} (client {batch.client_id}): still running, holding its "
+        f"{batch.cost} credit(s), {age(deadline, now)} past its deadline {rfc3339(deadline)}: "
+        f"{why}",
+        action.format(batch_id=batch.batch_id),
+        batch_id=batch.batch_id,
+        client_id=batch.client_id,
+    )
+
+
+def _worker_item(name: str, worker: dict[str, Any]) -> Attention:
+    state = worker.get("state")
+    facts = [f"{worker.get('restarts', 0)} restart(s)"]
+    facts += [
+        f"{key} {worker[key]}" for key in ("since", "detail", "last_error") if worker.get(key)
+    ]
+    if state == "restarting":
+        what, action = "the service starts it again after a backoff", "dropbox-eval status"
+    else:
+        what, action = "the service stops", "dropbox-eval run"
+    return Attention(
+        "worker_down",
+        f"worker {name} {state} ({'; '.join(facts)}): {what}; its log says why it fails",
+        action,
+        worker=name,
+    )

@@ -1,0 +1,121 @@
+"""Nothing stops silently (issue 28), against a real `dropbox-eval run --http-port 0`
+child: an inbox that is missing (a share not mounted) is waited out and named by `/readyz`;
+a worker whose loop raises is restarted, shown and counted; one that cannot stay up stops
+the service with a non-zero exit, for systemd to restart it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from conftest import PATIENCE, wait_for
+from test_pause import Running, _drop, _receipt
+from test_retry import Home
+
+from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.workers.supervisor import FAULT_ENV, RESTART_LIMIT
+
+
+@pytest.fixture
+def home(tmp_path: Path, forge: SandboxForge) -> Home:
+    return Home(tmp_path / "home", forge)
+
+
+def _readyz(service: Running) -> tuple[int, dict[str, str]]:
+    answer = requests.get(f"{service.url}/readyz", timeout=PATIENCE)
+    return answer.status_code, answer.json()["checks"]
+
+
+def _worker(home: Home, name: str) -> dict[str, Any]:
+    """The worker's state in `status --json` ({} before the service wrote it)."""
+    worker: dict[str, Any] = home.json("status").get("workers", {}).get(name, {})
+    return worker
+
+
+def _inbox_check_is(service: Running, wanted: str) -> bool:
+    code, checks = _readyz(service)
+    return checks["inbox"] == wanted and (code == 200) == (wanted == "ok")
+
+
+def test_an_inbox_not_mounted_yet_is_waited_for_and_taken_once_there(home: Home) -> None:
+    share = home.home.parent / "share" / "inbox"  # the mount point's folder, not there yet
+    home.home.mkdir()
+    (home.home / "inbox").symlink_to(share)
+    added = home.run("clients", "add", "acme", "--credits", "20")
+    assert added.returncode == 0, added.stderr  # a dangling inbox is no reason to fail
+    assert not share.exists()  # nor made through the symlink
+    service = Running(home)
+    try:
+        assert wait_for(lambda: _inbox_check_is(service, f"inbox {share}: missing"))
+        waiting = _worker(home, "inbox-worker")
+        assert waiting["state"] == "waiting" and waiting["detail"] == f"inbox {share}: missing"
+        assert f"worker inbox-worker: waiting since {waiting['since']}" in home.run("status").stdout
+        share.mkdir(parents=True)  # mounted
+        _drop(home, "first.json")
+        assert wait_for(lambda: _receipt(home, "first.json").exists())
+        assert wait_for(lambda: _inbox_check_is(service, "ok"))
+        shutil.rmtree(share)  # removed, then made again
+        assert wait_for(lambda: _inbox_check_is(service, f"inbox {share}: missing"))
+        share.mkdir()
+        _drop(home, "second.json")
+        assert wait_for(lambda: _receipt(home, "second.json").exists())
+        assert wait_for(lambda: _worker(home, "inbox-worker").get("state") == "running")
+    finally:
+        service.stop()
+    log = "".join(service.lines)
+    assert "Traceback" not in log
+    assert "is missing (a share not mounted yet?): waiting for it" in log
+    assert "is there again: taking its files" in log
+
+
+def _metric(service: Running, name: str, worker: str) -> float | None:
+    text = requests.get(f"{service.url}/metrics", timeout=PATIENCE).text
+    found = re.search(rf'^{name}{{worker="{worker}"}} (\S+)$', text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def test_a_worker_whose_loop_raises_is_restarted_shown_and_counted(home: Home) -> None:
+    assert home.run("clients", "add", "acme", "--credits", "20").returncode == 0
+    service = Running(home, {FAULT_ENV: "forge-worker:2"})
+    try:
+        assert wait_for(lambda: _worker(home, "forge-worker").get("restarts") == 2)
+        assert wait_for(lambda: _worker(home, "forge-worker").get("state") == "running")
+        forge_worker = _worker(home, "forge-worker")
+        assert "InjectedFault: injected fault" in forge_worker["last_error"]
+        assert _metric(service, "dropbox_eval_worker_restarts_total", "forge-worker") == 2
+        assert _metric(service, "dropbox_eval_worker_restarts_total", "inbox-worker") == 0
+        assert _metric(service, "dropbox_eval_worker_up", "forge-worker") == 1
+        status = home.run("status").stdout
+        assert "worker forge-worker: running since" in status and "2 restart(s)" in status
+        _drop(home, "after.json")  # the restarted worker does its work
+        assert wait_for(lambda: _receipt(home, "after.json").exists())
+        assert wait_for(lambda: _readyz(service)[0] == 200)
+    finally:
+        service.stop()
+    log = "".join(service.lines)
+    assert "worker forge-worker failed" in log
+    assert log.count("Traceback") == 1  # the same cause again: counted, not repeated
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_stay_up_stops_the_service_non_zero(home: Home) -> None:
+    assert home.run("clients", "add", "acme", "--credits", "20").returncode == 0
+    service = Running(home, {FAULT_ENV: "delivery-worker:always"})
+
+    def down_in_readyz() -> bool:
+        code, checks = _readyz(service)
+        return code == 503 and checks["workers"].startswith("delivery-worker restarting")
+
+    assert wait_for(down_in_readyz)  # the backoff doubles: 1 + 2 + 4 + 8 + 16 s
+    assert service.process.wait(timeout=PATIENCE * 2) == 1
+    log = "".join(service.lines)
+    assert f"worker delivery-worker failed {RESTART_LIMIT + 1} times within 5 minutes" in log
+    status = json.loads(home.run("status", "--json").stdout)
+    assert status["running"] is False
+    assert status["workers"]["delivery-worker"]["state"] == "failed"
+    assert status["workers"]["delivery-worker"]["restarts"] == RESTART_LIMIT
