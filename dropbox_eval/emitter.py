@@ -11,8 +11,11 @@ No proxy from the environment is used and redirects are not followed.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,20 +54,79 @@ class FileEmitter:
         return path
 
 
+class Deadline:
+    """A whole exchange's time limit. urllib3's read timeout bounds each wait for bytes, so
+    a receiver that sends its answer a byte a second never meets it and holds the delivery
+    (and a stopping service) for as long as it likes; at the deadline the socket is shut
+    down, which ends any wait on it at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket | None) -> None:
+        """Shut `sock` down at the deadline (at once when it has passed)."""
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            if not self.expired:
+                return
+        _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _too_slow(url: str, deadline: Deadline) -> DeliveryError:
+    return DeliveryError(
+        f"callback {url} did not answer within {deadline.seconds:.0f} s "
+        "(SAAS_EVAL_CALLBACK_TIMEOUT, connecting included)"
+    )
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # closed already
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 class _PinnedHTTPConnection(HTTPConnection):
     """Refuses a socket whose peer is not the address the pool was pinned to."""
+
+    deadline: Deadline | None = None
 
     def connect(self) -> None:
         super().connect()
         _check_peer(self)
+        if self.deadline is not None:
+            self.deadline.watch(self.sock)
 
 
 class _PinnedHTTPSConnection(HTTPSConnection):
     """The TLS variant of _PinnedHTTPConnection."""
 
+    deadline: Deadline | None = None
+
     def connect(self) -> None:
         super().connect()
         _check_peer(self)
+        if self.deadline is not None:
+            self.deadline.watch(self.sock)
 
 
 def _check_peer(connection: HTTPConnection) -> None:
@@ -76,11 +138,22 @@ def _check_peer(connection: HTTPConnection) -> None:
         )
 
 
-class _PinnedHTTPPool(urllib3.HTTPConnectionPool):
+class _Deadlined:
+    """A pool whose connections end at its `deadline` (set before its first request)."""
+
+    deadline: Deadline | None = None
+
+    def _new_conn(self) -> Any:
+        connection = super()._new_conn()  # type: ignore[misc]
+        connection.deadline = self.deadline
+        return connection
+
+
+class _PinnedHTTPPool(_Deadlined, urllib3.HTTPConnectionPool):
     ConnectionCls = _PinnedHTTPConnection
 
 
-class _PinnedHTTPSPool(urllib3.HTTPSConnectionPool):
+class _PinnedHTTPSPool(_Deadlined, urllib3.HTTPSConnectionPool):
     ConnectionCls = _PinnedHTTPSConnection
 
 
@@ -99,10 +172,15 @@ class WebhookEmitter:
         raise DeliveryError saying what the receiver did."""
         url = shown_url(target.url)
         headers = self._headers(target, payload, webhook_id, secret)
-        try:
-            status = self._send(target, payload.encode(), headers)
-        except HTTPError as exc:
-            raise DeliveryError(f"callback {url} unreachable: {plain_reason(exc)}") from exc
+        with Deadline(self.total_seconds) as deadline:
+            try:
+                status = self._send(target, payload.encode(), headers, deadline)
+            except HTTPError as exc:
+                if deadline.expired:
+                    raise _too_slow(url, deadline) from exc
+                raise DeliveryError(f"callback {url} unreachable: {plain_reason(exc)}") from exc
+        if deadline.expired:  # cut mid-headers, the answer can look complete: it is not
+            raise _too_slow(url, deadline)
         if status >= 300:
             raise DeliveryError(f"callback {url} answered {status}")
         return status
@@ -128,11 +206,19 @@ class WebhookEmitter:
                 ) from exc
         return headers
 
-    def _send(self, target: CallbackTarget, body: bytes, headers: dict[str, str]) -> int:
+    @property
+    def total_seconds(self) -> float:
+        """The whole exchange's limit: connecting, then the answer's status line and headers."""
+        return min(5.0, self.timeout) + self.timeout
+
+    def _send(
+        self, target: CallbackTarget, body: bytes, headers: dict[str, str], deadline: Deadline
+    ) -> int:
         """One POST, to each checked address in turn until one accepts the connection."""
         error: HTTPError | None = None
         for address in target.addresses:
             pool = self._pool(target, str(address))
+            pool.deadline = deadline
             try:
                 response = pool.urlopen(
                     "POST",
@@ -158,7 +244,7 @@ class WebhookEmitter:
             )
         raise error
 
-    def _pool(self, target: CallbackTarget, address: str) -> urllib3.HTTPConnectionPool:
+    def _pool(self, target: CallbackTarget, address: str) -> _PinnedHTTPPool | _PinnedHTTPSPool:
         timeout = urllib3.Timeout(connect=min(5.0, self.timeout), read=self.timeout)
         if target.scheme == "http":
             return _PinnedHTTPPool(address, target.port, timeout=timeout, retries=False)

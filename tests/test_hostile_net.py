@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -260,3 +262,51 @@ def test_item5_api_answers_422_for_a_bad_callback(
     assert answer.status_code == 422, answer.text
     assert answer.json()["reason"] == "callback_refused"
     assert forge.requests == [] and app.billing.client("acme").held == 0
+
+
+class Trickler:
+    """A receiver that answers a POST a byte at a time: its status line, then one header
+    line every `pause` s for `lines` lines (a read timeout never fires: bytes keep coming),
+    then an empty body with 200."""
+
+    def __init__(self, lines: int = 200, pause: float = 0.2) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.lines, self.pause = lines, pause
+        self.finished = threading.Event()  # it sent its whole answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        connection, _ = self.server.accept()
+        with connection:
+            connection.recv(65536)
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\n":
+                    connection.sendall(bytes([byte]))
+                    time.sleep(self.pause / 10)
+                for number in range(self.lines):
+                    connection.sendall(f"X-Slow-{number}: 1\r\n".encode())
+                    time.sleep(self.pause)
+                connection.sendall(b"Content-Length: 0\r\n\r\n")
+                self.finished.set()
+            except OSError:  # the service hung up: what the deadline does
+                return
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.planted_documents  # the emitter is handed a stand-in report
+def test_a_receiver_that_trickles_its_answer_is_cut_at_the_deadline(tmp_path: Path) -> None:
+    """Each byte arrives well within the read timeout, so only a deadline on the whole
+    exchange ends it: the delivery fails, saying so, and the receiver never finished."""
+    trickler = Trickler()
+    webhooks = WebhookEmitter(timeout=1)
+    emitter = Emitter(FileEmitter(tmp_path / "outbox"), webhooks, CallbackPolicy("127.0.0.1"))
+    try:
+        with pytest.raises(DeliveryError, match=r"did not answer within 2 s"):
+            emitter.deliver(REPORT, f"http://127.0.0.1:{trickler.port}/hook")
+    finally:
+        trickler.close()
+    assert not trickler.finished.is_set()
+    assert (tmp_path / "outbox" / "undelivered" / "b1.json").exists()
