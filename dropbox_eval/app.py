@@ -26,7 +26,7 @@ from .scheduler import ForgeScheduler
 from .secrecy import make_state_private
 from .settle import Settler
 from .statecheck import StateCheck
-from .statefolder import check_state_path, make_drop_folders
+from .statefolder import check_state_path, has_state, make_drop_folders, no_state
 from .store import Store
 from .web.metrics import Metrics
 from .webhooks import Nudges, WebhookReceiver
@@ -72,14 +72,19 @@ def forge_scheduler(
     return ForgeScheduler(limiter, forge_outcome, lambda client: weights.get(client, 1))
 
 
-def build_app(settings: Settings, *, with_forge: bool = True) -> App:
+def build_app(settings: Settings, *, with_forge: bool = True, create: bool = True) -> App:
     """Wire store, billing, forge client, the stages and the inbox from settings.
+
+    Without `create`, a state folder that holds no state is NoState (exit 2) and nothing
+    is made: only the commands that set a service up create one (statefolder.py).
 
     Forge calls and callbacks are tried once per visit: the durable schedule of each
     batch decides the next visit (attempts.py), so no worker ever sleeps on a retry.
     """
     check_state_path(settings)
-    new_state = not settings.state_path.exists()
+    new_state = not has_state(settings.state_path)  # an empty mount point counts as new
+    if new_state and not create:
+        raise no_state(settings)
     make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
     store = Store(settings.state_path)
     billing = Billing(store, settings.task_price)

@@ -18,7 +18,8 @@ it does not use up an automatic attempt or move the next one.
 
 Whether a stored try is due is asked here only (`is_due`, `retry_in`, `delivery_due`): the
 wait is measured on the monotonic clock while the process runs (clock.py), so a wall clock
-stepped back does not hold a batch.
+stepped back does not hold a batch. A visit that storage refused (a full disk: nothing can
+be stored) waits in this process (`storage_refused`, clock.Backoff), never a tick.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from datetime import datetime, timedelta
 
 from tenacity import RetryCallState, wait_exponential, wait_random_exponential
 
-from .clock import RetryClock
+from .clock import Backoff, RetryClock
 from .errors import DeliveryError, ForgeAuthError, ForgeError, ForgePermanent
 from .models import BatchRecord, BatchStatus
 from .store import Store
@@ -86,11 +87,13 @@ class Attempts:
         self.delivery_max_attempts = delivery_max_attempts
         self.forge_clock = RetryClock()  # next_attempt_at's monotonic twins
         self.delivery_clock = RetryClock()  # next_delivery_at's
+        self.storage_waits = Backoff()  # batch id -> its visits that storage refused
 
     def retry_in(self, batch: BatchRecord) -> float:
         """Seconds until forge work on the batch may be tried again (not positive: now)."""
         longest = longest_delay(batch.attempts, self.base, self.cap)
-        return self.forge_clock.seconds_left(batch.batch_id, batch.next_attempt_at, longest)
+        stored = self.forge_clock.seconds_left(batch.batch_id, batch.next_attempt_at, longest)
+        return max(stored, self.storage_waits.seconds_left(batch.batch_id))
 
     def is_due(self, batch: BatchRecord) -> bool:
         """Whether forge work on the batch may be tried now."""
@@ -123,10 +126,16 @@ class Attempts:
             return f"the forge failed {attempts} visits in a row; last: {error}"
         return None
 
+    def storage_refused(self, batch_id: str) -> None:
+        """A visit failed on storage: no schedule can be stored, so this process waits
+        before the next one (1 s doubling to a minute)."""
+        self.storage_waits.failed(batch_id)
+
     def succeeded(self, batch: BatchRecord) -> None:
         """Forget earlier failures once a visit worked (one write, only when needed). A
         batch that has ended keeps them: they say how it ended (a visit that found it ended
         and did nothing is no success)."""
+        self.storage_waits.succeeded(batch.batch_id)
         if batch.attempts or batch.next_attempt_at is not None:
             self.store.update_batch(
                 batch.batch_id, when=self._may_forget, attempts=0, next_attempt_at=None

@@ -10,7 +10,10 @@ command that resolves it.
   its first visit past the deadline, forge down or not: only no service, a pause or a
   stuck service keeps it running that long.
 - `worker_down`: a worker of the running service in `restarting` or `failed` (its status
-  file, `<state>/service.json`); the file of a service that no longer runs says nothing.
+  file, `<state>/service.json`), or one that `failed` in the file of a service that no
+  longer runs (it stopped the service; the next start rewrites the file).
+- `inbox_missing`: the running service has waited more than INBOX_GRACE for its inbox
+  folder (a share that never mounts; a short wait, such as a remount, resolves itself).
 - `state_problem`: what the state check cannot repair (statecheck.py).
 
 Everything else (a delivery waiting out a backoff, a running batch within its window, what
@@ -30,12 +33,15 @@ from .pause import Pause
 from .servicestate import running_status
 from .statecheck import Finding, stranded
 from .store import Store
-from .timestamps import age, rfc3339
+from .timestamps import age, parse, rfc3339
 from .views.batches import delivery_state
+from .views.service import service_view
 
 WORKER_DOWN = frozenset({"restarting", "failed"})
+START_SERVICE = "start the service: dropbox-eval run (systemd: systemctl restart dropbox-eval)"
 GRACE_POLLS = 10
 GRACE_FLOOR = timedelta(minutes=10)
+INBOX_GRACE = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -79,20 +85,45 @@ def needs_a_person(
             deadline = _deadline(batch, settings)
             if deadline + overdue_grace(settings) <= now:
                 items.append(_overdue_item(batch, deadline, now, _holder(settings, status)))
-    items.extend(workers_down(status))
+    items.extend(workers_down(status or service_view(settings.state_path)))
+    items.extend(inbox_missing(status, now))
     return items
 
 
-def workers_down(status: dict[str, Any] | None) -> list[Attention]:
-    """The running service's workers that are down (`restarting` or `failed`), from its
-    status record (servicestate.running_status; None when no service runs)."""
-    workers = (status or {}).get("workers")
+def inbox_missing(status: dict[str, Any] | None, now: datetime) -> list[Attention]:
+    """The running service's inbox worker `waiting` (its inbox folder missing) for more
+    than INBOX_GRACE, from its status record (None when no service runs)."""
+    worker = ((status or {}).get("workers") or {}).get("inbox-worker")
+    if not isinstance(worker, dict) or worker.get("state") != "waiting":
+        return []
+    since = parse(worker["since"])
+    if now - since < INBOX_GRACE:
+        return []
+    what = worker.get("detail") or "the inbox folder is missing"
+    return [
+        Attention(
+            "inbox_missing",
+            f"{what} for {age(since, now)} (since {rfc3339(since)}): the service waits for "
+            "it and takes no drop",
+            "mount the share, or make the folder (the service takes its files at once)",
+            worker="inbox-worker",
+        )
+    ]
+
+
+def workers_down(record: dict[str, Any] | None) -> list[Attention]:
+    """The workers that need a person, from the service's status record: of the running
+    service (servicestate.running_status) those `restarting` or `failed`; of one that no
+    longer runs (views.service_view) the one that `failed` and stopped it."""
+    workers = (record or {}).get("workers")
     if not isinstance(workers, dict):
         return []
+    running = bool((record or {}).get("running"))
     return [
-        _worker_item(name, worker)
+        _worker_item(name, worker, running)
         for name, worker in sorted(workers.items())
-        if isinstance(worker, dict) and worker.get("state") in WORKER_DOWN
+        if isinstance(worker, dict)
+        and worker.get("state") in (WORKER_DOWN if running else {"failed"})
     ]
 
 
@@ -167,7 +198,7 @@ def _overdue_item(
     )
 
 
-def _worker_item(name: str, worker: dict[str, Any]) -> Attention:
+def _worker_item(name: str, worker: dict[str, Any], running: bool) -> Attention:
     state = worker.get("state")
     facts = [f"{worker.get('restarts', 0)} restart(s)"]
     facts += [
@@ -176,7 +207,8 @@ def _worker_item(name: str, worker: dict[str, Any]) -> Attention:
     if state == "restarting":
         what, action = "the service starts it again after a backoff", "dropbox-eval status"
     else:
-        what, action = "the service stops", "dropbox-eval run"
+        what = "the service stops" if running else "it stopped the service, which is not running"
+        action = START_SERVICE
     return Attention(
         "worker_down",
         f"worker {name} {state} ({'; '.join(facts)}): {what}; its log says why it fails",

@@ -9,6 +9,9 @@ it wrote, only the twin decides. An instant it did not write (before a restart, 
 process, or re-armed by `check --repair`) is trusted only as far as the longest delay the
 schedule could have given it: further ahead than that, the clock stepped back since it was
 written, and the try is due now.
+
+Backoff: the waits of a step that failed on storage (a full disk) and has nothing stored
+to wait on: it is tried again after 1 s, 2 s, ... up to a minute, never every tick.
 """
 
 from __future__ import annotations
@@ -68,3 +71,47 @@ class RetryClock:
         for key in [k for k, (_, due) in self._twins.items() if due < horizon]:
             del self._twins[key]
         self._sweep_at = max(FIRST_SWEEP, 2 * len(self._twins))
+
+
+class Backoff:
+    """Waits after failures that have no stored schedule (a full disk refused a step): the
+    first `first` seconds, doubling to `cap`, on the monotonic clock, in this process only;
+    a success forgets them. Thread-safe."""
+
+    def __init__(
+        self,
+        first: float = 1.0,
+        cap: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.first = first
+        self.cap = cap
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._failed: dict[str, tuple[int, float]] = {}  # key -> (failures in a row, due)
+
+    def failed(self, key: str) -> tuple[int, float]:
+        """Count one more failure of `key`: (failures in a row, seconds until the next try)."""
+        with self._lock:
+            count = self._failed.get(key, (0, 0.0))[0] + 1
+            wait = min(self.cap, self.first * 2 ** (count - 1))
+            self._failed[key] = (count, self._monotonic() + wait)
+            if len(self._failed) > FIRST_SWEEP:  # keys that never succeeded (a file gone)
+                horizon = self._monotonic() - FORGET_AFTER
+                self._failed = {k: v for k, v in self._failed.items() if v[1] >= horizon}
+        return count, wait
+
+    def seconds_left(self, key: str) -> float:
+        """Seconds until `key` may be tried again (not positive: now)."""
+        with self._lock:
+            entry = self._failed.get(key)
+        return 0.0 if entry is None else entry[1] - self._monotonic()
+
+    def ready(self, key: str) -> bool:
+        """Whether `key` may be tried now (True unless it failed and its wait is not over)."""
+        return self.seconds_left(key) <= 0
+
+    def succeeded(self, key: str) -> None:
+        """Forget the failures of `key`."""
+        with self._lock:
+            self._failed.pop(key, None)

@@ -1,5 +1,12 @@
 """Delivery: emit a finished batch's report (outbox file or signed callback): one try per
-visit; a failure is recorded, and the next try decided, by attempts.py."""
+visit; a failure is recorded, and the next try decided, by attempts.py.
+
+A try that storage refuses (a full or read-only disk: nothing can be recorded) waits in
+this process (clock.Backoff: 1 s doubling to a minute), never every tick. A report that
+went out but whose `emitted_at` could not be written is remembered here: the next tries
+only write the record, they never send the report again. A restart in between sends it
+once more (at least once, with the same webhook-id), never in a loop.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +16,10 @@ from urllib.parse import urlsplit
 
 from . import crashpoints
 from .attempts import Attempts
+from .clock import Backoff
 from .config import Settings
 from .emitter import Emitter
-from .errors import DeliveryError, NotFinished
+from .errors import DeliveryError, NotFinished, StorageUnavailable, storage_errors
 from .models import BatchRecord, BatchStatus, utcnow
 from .redact import shown_url
 from .report import build_report
@@ -30,6 +38,8 @@ class Delivery:
         self.emitter = emitter
         self.settings = settings
         self.attempts = attempts
+        self.storage_waits = Backoff()  # batch id -> its tries that storage refused
+        self._unrecorded: dict[str, str] = {}  # batch id -> where its report went, unrecorded
 
     def deliver_due(self, batch_id: str) -> dict[str, Any]:
         """One automatic try, on the stored schedule (the delivery worker's)."""
@@ -51,6 +61,7 @@ class Delivery:
                 total=batch.total,
             )
         if batch.emitted_at is not None and not force:
+            self._unrecorded.pop(batch_id, None)  # recorded by another process meanwhile
             return {
                 "ok": True,
                 "batch_id": batch_id,
@@ -58,21 +69,21 @@ class Delivery:
                 "emitted_at": batch.emitted_at.isoformat(),
             }
         with crashpoints.operation("emit"):
-            return self._emit(batch, manual)
+            try:
+                return self._emit(batch, manual, force)
+            except StorageUnavailable as exc:
+                self._refused(batch_id, exc)
+                raise
 
-    def _emit(self, batch: BatchRecord, manual: bool) -> dict[str, Any]:
+    def _emit(self, batch: BatchRecord, manual: bool, force: bool) -> dict[str, Any]:
         """The report first (a file, or a POST whose failure keeps a copy in
         `undelivered/`), then `emitted_at` on the record, then the archive: a kill before
         the record write sends the identical report again, with the same webhook-id."""
         batch_id = batch.batch_id
-        report = batch.report or build_report(batch, self.store.get_tasks(batch_id))
-        try:
-            where = self.emitter.deliver(report, batch.callback_url, self._secret(batch))
-        except DeliveryError as exc:
-            with crashpoints.operation("delivery-schedule"):
-                what_next = self.attempts.delivery_failed(batch, exc, manual=manual)
-            log.warning("batch %s: delivery %s", batch_id, what_next)
-            raise DeliveryError(what_next) from exc
+        where = None if force else self._unrecorded.get(batch_id)
+        if where is None:  # else it went out already: only the record is left to write
+            where = self._send(batch, manual)
+            self._unrecorded[batch_id] = where
         # completed -> emitted; the side exits keep their status, with emitted_at
         status = BatchStatus.EMITTED if batch.status == BatchStatus.COMPLETED else batch.status
         self.store.update_batch(
@@ -82,13 +93,43 @@ class Delivery:
             last_delivery_error=None,
             next_delivery_at=None,
         )
+        self._unrecorded.pop(batch_id, None)
+        self.storage_waits.succeeded(batch_id)
         log.info("batch %s: report emitted to %s", batch_id, where)
         return {"ok": True, "batch_id": batch_id, "delivered_to": where}
 
+    def _send(self, batch: BatchRecord, manual: bool) -> str:
+        """Deliver the report once; where it went. A failure is scheduled (attempts.py)."""
+        report = batch.report or build_report(batch, self.store.get_tasks(batch.batch_id))
+        try:
+            with storage_errors():  # the emitter's own files too: waited out, not a tick
+                return self.emitter.deliver(report, batch.callback_url, self._secret(batch))
+        except DeliveryError as exc:
+            with crashpoints.operation("delivery-schedule"):
+                what_next = self.attempts.delivery_failed(batch, exc, manual=manual)
+            log.warning("batch %s: delivery %s", batch.batch_id, what_next)
+            raise DeliveryError(what_next) from exc
+
+    def _refused(self, batch_id: str, error: StorageUnavailable) -> None:
+        """Storage refused a try: wait before the next one, and say what the error stopped
+        (the message the worker logs, the API answers and `emit` prints)."""
+        tries, wait = self.storage_waits.failed(batch_id)
+        where = self._unrecorded.get(batch_id)
+        if where is None:
+            stopped = f"report not delivered (try {tries}; again in {wait:.0f} s)"
+        else:
+            stopped = (
+                f"report delivered to {where} but not recorded (try {tries}; recording "
+                f"again in {wait:.0f} s, without sending it again)"
+            )
+        error.message = f"{stopped}: {error.message}"
+
     def is_due(self, batch: BatchRecord) -> bool:
-        """A finished, unemitted batch whose delivery is not waiting out a backoff or given
-        up."""
+        """A finished, unemitted batch whose delivery is not waiting out a backoff (stored,
+        or this process's after storage refused a try) or given up."""
         if batch.status == BatchStatus.RUNNING or batch.emitted_at:
+            return False
+        if not self.storage_waits.ready(batch.batch_id):
             return False
         return self.attempts.delivery_due(batch)
 

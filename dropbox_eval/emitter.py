@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from .models import utcnow
 from .names import UNDELIVERED_DIR
 from .neterrors import plain_reason
 from .redact import shown_url
+
+log = logging.getLogger("dropbox_eval")
 
 
 def report_bytes(report: dict[str, Any]) -> str:
@@ -300,11 +303,28 @@ class Emitter:
         try:
             target = self._check(callback_url)
             status = self.webhooks.post(target, report_bytes(report), webhook_id, secret)
-        except DeliveryError:
-            self.files.write(report, self.undelivered_dir)
+        except DeliveryError as exc:
+            self._keep_undelivered(report, exc)
             raise
-        (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
+        # the copy kept by an earlier failed try is stale now; one that cannot go (a
+        # read-only outbox) must not make a delivered report look undelivered
+        with contextlib.suppress(OSError):
+            (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
         return f"{shown_url(callback_url)} (HTTP {status})"
+
+    def _keep_undelivered(self, report: dict[str, Any], failure: DeliveryError) -> None:
+        """Keep the report in `outbox/undelivered/`; a full or read-only outbox does not
+        hide the delivery's own failure (the attempt still counts toward giving up)."""
+        try:
+            self.files.write(report, self.undelivered_dir)
+        except OSError as exc:
+            log.warning(
+                "batch %s: %s; its copy in %s could not be kept: %s",
+                report["batch_id"],
+                failure,
+                self.undelivered_dir,
+                exc,
+            )
 
     def _attempted(self, outcome: str) -> None:
         if self.on_attempt is not None:

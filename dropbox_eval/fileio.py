@@ -1,7 +1,8 @@
 """The one atomic writer, shared by the store, the inbox and the file emitter.
 
 A write that fails for want of space or permission raises errors.StorageUnavailable (or
-StorageFull), still an OSError, naming the file and the cause (errors.storage_error).
+StorageFull), still an OSError, naming the file and the cause (errors.storage_error); how
+each write into a known folder went is told to storage.py (`/readyz`, `/metrics`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from . import crashpoints
+from . import crashpoints, storage
 from .errors import storage_errors
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -43,10 +44,12 @@ def write_at(
     Temp file in the same folder (never following a link), flush, fsync, rename over the
     target, fsync the folder: readers see the old or the new file, never a mix. The file
     gets `mode` whatever the umask: PRIVATE_MODE unless the caller writes for clients.
-    `where` is the file's path for an error message (a descriptor does not tell it).
+    `where` is the file's path for an error message and storage.py (a descriptor does not
+    tell it).
     """
     tmp = tmp or temp_name(name)
-    with storage_errors(where or name):
+    watched = storage.wrote(where.parent) if where else contextlib.nullcontext()
+    with watched, storage_errors(where or name):
         fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=folder_fd)
         try:
             with os.fdopen(fd, "wb") as handle:

@@ -120,7 +120,7 @@ class Intake(UsesForge):
     ) -> dict[str, Any]:
         recorded = self.record(batch, client_id, source=source, sha256=sha256)
         record = recorded.batch
-        if not recorded.duplicate:
+        if recorded.tasks:  # recorded just now (a found batch comes without its tasks)
             log.info(
                 "batch %s: accepted %d tasks from %s (%s)",
                 record.batch_id,
@@ -128,6 +128,8 @@ class Intake(UsesForge):
                 client_id,
                 source or API_SOURCE,
             )
+        elif not recorded.duplicate:  # its drop read again: the last look did not file it
+            log.info("batch %s: recorded before from %s; filing it", record.batch_id, source)
         if open_now and self.open_now is not None:  # else the service opens it later
             self.open_now(record.batch_id, recorded.tasks or None)
         return self.receipt(record.batch_id, duplicate=recorded.duplicate)

@@ -14,7 +14,15 @@ from typing import Any, TypeVar
 from . import crashpoints
 from .attempts import Attempts
 from .config import Settings
-from .errors import Busy, ForgeError, ForgeNotFound, ForgePermanent, ForgeRetryable, NotRunning
+from .errors import (
+    Busy,
+    ForgeError,
+    ForgeNotFound,
+    ForgePermanent,
+    ForgeRetryable,
+    NotRunning,
+    StorageUnavailable,
+)
 from .forge import GiteaClient, UsesForge
 from .markers import find_marked, opened
 from .models import BatchRecord, BatchStatus, TaskStatus, utcnow
@@ -80,6 +88,9 @@ class Lifecycle(UsesForge):
             if failure is not None:
                 self.fail(batch_id, failure)
             return None
+        except StorageUnavailable:  # nothing can be stored: the next visit waits here
+            self.attempts.storage_refused(batch_id)
+            raise
         self.attempts.succeeded(self.store.get_batch(batch_id))
         return result
 

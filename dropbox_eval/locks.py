@@ -10,6 +10,8 @@ hold by another process (a CLI command, a second service) is polled.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 from pathlib import Path
@@ -60,11 +62,21 @@ class SharedLock:
 
 
 def held_elsewhere(lock: FileLock) -> bool:
-    """Whether another holder has `lock` now (it is taken and let go at once if free): how a
-    command tells that a service or an endpoint runs on the state folder."""
+    """Whether another holder has `lock` now: how a command tells that a service or an
+    endpoint runs on the state folder. Probed on a read-only descriptor (flock(2), which
+    filelock uses on Linux, needs no write access) and let go at once, so it answers on a
+    read-only or full folder too; a missing lock file is a lock nobody holds (nothing is
+    created)."""
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
+        descriptor = os.open(lock.lock_file, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    lock.release()
-    return False
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(descriptor)

@@ -312,8 +312,9 @@ class Poller(UsesForge):
         """Store the progress; a batch whose every task finished is settled `completed`."""
         done = sum(1 for t in tasks if t.status.is_finished)
         if done == len(tasks):
-            log.info("batch %s: all %d tasks finished", batch.batch_id, done)
-            return self.close(batch.batch_id, tasks, BatchStatus.COMPLETED, polled_at=polled_at)
+            closed = self.close(batch.batch_id, tasks, BatchStatus.COMPLETED, polled_at=polled_at)
+            log.info("batch %s: all %d tasks finished", batch.batch_id, done)  # once: closed
+            return closed
         fields: dict[str, Any] = {"last_polled_at": polled_at}
         if done != batch.done:
             fields["done"] = done  # the index row is rewritten only when progress moved

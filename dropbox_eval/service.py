@@ -16,7 +16,7 @@ from filelock import FileLock, Timeout
 
 from .alarm import Alarm
 from .app import App
-from .errors import EXIT_FAILED, EXIT_OK, DropboxEvalError, ForgeError
+from .errors import EXIT_FAILED, EXIT_OK, DropboxEvalError, ForgeError, StorageUnavailable
 from .fileio import write_json
 from .forge import require_client
 from .models import utcnow
@@ -44,6 +44,9 @@ class Service:
         self.status: dict[str, Any] = {}
         self._status_lock = threading.Lock()
         self.forge_failures = 0  # forge errors reported so far (`run --once` exits 1 on any)
+        self.storage_failures = 0  # steps storage refused (likewise)
+        self.first_storage_failure = ""
+        self.status_unwritten = ""  # why the status file was last not written (likewise)
         choice = self.settings.polling if polling is None else polling
         self.inbox = InboxWorker(app, self.stop_event, self._report, polling=choice)
         self.opener = OpenWorker(app, self._report)
@@ -99,7 +102,8 @@ class Service:
 
     def run(self, *, once: bool = False) -> int:
         """Run until SIGINT/SIGTERM (or one pass with `once`); returns the exit code: with
-        `once`, EXIT_FAILED when any forge visit of the pass failed (a cron job sees it)."""
+        `once`, EXIT_FAILED when any forge visit of the pass failed, or any step of it
+        failed on storage (a cron job sees it)."""
         lock = FileLock(str(self.settings.state_path / "service.lock"))
         try:
             lock.acquire(timeout=0)
@@ -113,6 +117,7 @@ class Service:
                 started_at=_now(),
                 last_poll_at=None,
                 last_error=None,
+                workers=self.supervisor.states(),  # not the last service's (check reads it)
             )
             self.check_state()
             log.info(
@@ -132,21 +137,38 @@ class Service:
         finally:
             self._publish_workers()
             self.alarm.stop()
-            self._set_status(state="stopped", stopped_at=_now())
+            gave_up = self.supervisor.failed  # `status` and `check` show it once stopped
+            self._set_status(
+                state="stopped",
+                stopped_at=_now(),
+                **({"last_error": f"{_now()} {gave_up}"} if gave_up else {}),
+            )
             lock.release()
             log.info("service stopped")
         if self.supervisor.failed:
             log.error("exit %d: %s", EXIT_FAILED, self.supervisor.failed)
             return EXIT_FAILED
-        if once and self.forge_failures:
-            log.error(
-                "run --once: %d forge visit(s) failed in this pass (see the warnings above); "
-                "exit %d",
-                self.forge_failures,
-                EXIT_FAILED,
-            )
+        failed = self._once_failed() if once else None
+        if failed:
+            log.error("run --once: %s; exit %d", failed, EXIT_FAILED)
             return EXIT_FAILED
         return EXIT_OK
+
+    def _once_failed(self) -> str | None:
+        """What failed in the `run --once` pass, in one phrase, or None."""
+        failed = []
+        if self.forge_failures:
+            failed.append(
+                f"{self.forge_failures} forge visit(s) failed in this pass (see the warnings above)"
+            )
+        if self.storage_failures:
+            failed.append(
+                f"{self.storage_failures} step(s) of this pass failed on storage, first: "
+                f"{self.first_storage_failure}"
+            )
+        elif self.status_unwritten:
+            failed.append(f"status file not written: {self.status_unwritten}")
+        return "; ".join(failed) or None
 
     def _warn_reserved_clients(self) -> None:
         """Name every client stored before its id was reserved (names.py), at each start."""
@@ -246,9 +268,12 @@ class Service:
         self._set_status(last_poll_at=_now(), cycles=self.forge.cycles)
 
     def _report(self, what: str, error: Exception) -> None:
-        if isinstance(error, ForgeError):
-            with self._status_lock:
+        with self._status_lock:
+            if isinstance(error, ForgeError):
                 self.forge_failures += 1
+            elif isinstance(error, StorageUnavailable):
+                self.storage_failures += 1
+                self.first_storage_failure = self.first_storage_failure or f"{what}: {error}"
         self._set_status(last_error=f"{_now()} {what}: {error}")
 
     def live_status(self) -> dict[str, Any]:
@@ -265,6 +290,7 @@ class Service:
                 write_json(self.status_path, self.status)
             except OSError as exc:  # a full disk must not stop the service; the log says it
                 log.error("status file not written: %s", exc)  # the error names the file
+                self.status_unwritten = str(exc)
 
 
 def _now() -> str:

@@ -1,4 +1,11 @@
-"""The state folder as commands that only look open it (a light module: no forge client)."""
+"""The state folder: whether one is there, opening it to look, and the drop folders of a
+new one (a light module: no forge client).
+
+Only the commands that set a service up create a state folder (`clients add`, `demo`,
+`run` without `--once`: they build the app with `create=True`); every other command needs
+one to be there and says so in one line (NoState, exit 2), creating nothing. A mistyped
+home or a volume not mounted yet is then an error, not a new, empty service.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +23,33 @@ log = logging.getLogger("dropbox_eval")
 def open_state(settings: Settings) -> Store:
     """The store opened read-only, for commands that only look: creates nothing, and says
     where it looked when there is no state there (NoState, exit 2)."""
-    check_state_path(settings)
+    require_state(settings)
     try:
         return Store(settings.state_path, read_only=True)
-    except NoState:
-        raise NoState(
-            f"no dropbox-eval state at {settings.state_path}: point --home or --state-dir "
-            "(SAAS_EVAL_HOME / SAAS_EVAL_STATE_DIR) at the service's folder"
-        ) from None
+    except NoState:  # removed in between
+        raise no_state(settings) from None
+
+
+def has_state(path: Path) -> bool:
+    """Whether `path` holds a state: its `batches/` folder (what Store(read_only=True)
+    looks for). An empty folder, such as a mount point not mounted yet, holds none."""
+    return (path / "batches").is_dir()
+
+
+def require_state(settings: Settings) -> None:
+    """NoState (one line, exit 2) unless the state folder holds a state."""
+    check_state_path(settings)
+    if not has_state(settings.state_path):
+        raise no_state(settings)
+
+
+def no_state(settings: Settings) -> NoState:
+    """The one line every command says when there is no state where it looks."""
+    return NoState(
+        f"no dropbox-eval state at {settings.state_path}: point --home or --state-dir "
+        "(SAAS_EVAL_HOME / SAAS_EVAL_STATE_DIR) at the service's folder (`dropbox-eval "
+        "clients add` or `run` creates a new one)"
+    )
 
 
 def check_state_path(settings: Settings) -> None:
@@ -34,11 +60,14 @@ def check_state_path(settings: Settings) -> None:
 
 
 def make_drop_folders(settings: Settings, *, new_state: bool) -> None:
-    """The outbox when nothing is at its path, and the inbox only with a new state folder.
+    """The outbox when nothing is at its path, and the inbox only with a new state folder;
+    each only inside a folder that is there (never its parents).
 
     A missing inbox later is a share not mounted yet or a folder removed: made again here,
     it would take drops on the disk beneath the mount point, so the service waits for it
-    instead (InboxWatcher.keep). Nothing is made through a dangling symlink.
+    instead (InboxWatcher.keep). A missing parent is the same case one level up (an inbox
+    at /mnt/share/inbox with /mnt/share not mounted). Nothing is made through a dangling
+    symlink.
     """
     folders = [settings.outbox_path] + ([settings.inbox_path] if new_state else [])
     for folder in folders:
@@ -49,6 +78,8 @@ def _make_folder(path: Path) -> None:
     if os.path.lexists(path):
         return
     try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a parent on a share not mounted, no permission: said, not fatal
+        path.mkdir()
+    except FileNotFoundError:
+        log.warning("not making the folder %s: %s is missing (not mounted?)", path, path.parent)
+    except OSError as exc:  # no permission, a read-only disk: said, not fatal
         log.warning("cannot make the folder %s: %s", path, exc.strerror or exc)

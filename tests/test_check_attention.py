@@ -15,11 +15,13 @@ from conftest import Cli, Receiver, isolated_cli, serving, settings_on, tasks, w
 from filelock import FileLock
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.attention import workers_down
+from dropbox_eval.attention import INBOX_GRACE, START_SERVICE, inbox_missing, workers_down
 from dropbox_eval.errors import DeliveryError
 from dropbox_eval.models import BatchStatus, utcnow
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.servicestate import running_status
+from dropbox_eval.timestamps import parse
+from dropbox_eval.views.service import service_view
 
 MAX_ATTEMPTS = 2
 
@@ -168,10 +170,20 @@ def test_a_worker_down_is_read_from_the_running_service_status(tmp_path: Path) -
                             "detail": None, "since": since},
     }  # fmt: skip
     (state / "service.json").write_text(json.dumps({"state": "running", "workers": workers}))
-    assert workers_down(running_status(state)) == []  # the file of a service that stopped
+    assert running_status(state) is None  # no service runs
+    stopped = workers_down(service_view(state))  # only the one that stopped it
+    assert [(item.kind, item.worker) for item in stopped] == [("worker_down", "delivery-worker")]
+    assert "it stopped the service" in stopped[0].message
+    assert stopped[0].action == START_SERVICE and "systemctl restart" in START_SERVICE
 
     with FileLock(str(state / "service.lock")):  # a service runs
         down = workers_down(running_status(state))
+        missing = inbox_missing(running_status(state), utcnow())
+        assert inbox_missing(running_status(state), parse(since) + INBOX_GRACE / 2) == []
+    assert inbox_missing(running_status(state), utcnow()) == []  # no service: DropboxEvalDown
+    assert [(item.kind, item.worker) for item in missing] == [("inbox_missing", "inbox-worker")]
+    assert "the inbox folder is missing for " in missing[0].message
+    assert "mount the share" in missing[0].action
     assert [(item.kind, item.worker) for item in down] == [
         ("worker_down", "delivery-worker"),
         ("worker_down", "forge-worker"),
@@ -179,4 +191,4 @@ def test_a_worker_down_is_read_from_the_running_service_status(tmp_path: Path) -
     assert "restarting" in down[1].message and "boom" in down[1].message
     assert "3 restart(s)" in down[1].message
     assert "failed" in down[0].message and "disk full" in down[0].message
-    assert (down[0].action, down[1].action) == ("dropbox-eval run", "dropbox-eval status")
+    assert (down[0].action, down[1].action) == (START_SERVICE, "dropbox-eval status")

@@ -76,6 +76,7 @@ def test_submit_batches_batch_poll_emit(
 
 
 def test_submit_rejected_file_exits_4(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert cli("clients", "add", "acme").exit_code == 0  # submit needs a state
     source = tmp_path / "bad.json"
     source.write_text("{not json")
     result = cli("submit", str(source), "--client", "acme")

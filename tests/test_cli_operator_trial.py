@@ -117,6 +117,7 @@ def test_adding_an_existing_client_says_how_to_fund_it(cli: Cli) -> None:
 
 
 def test_a_file_without_client_id_says_where_to_drop_it(cli: Cli) -> None:
+    assert cli("clients", "add", "acme").exit_code == 0  # submit needs a state
     source = cli.home / "anonymous.json"
     source.write_text(json.dumps({"tasks": tasks(1)}))
     result = cli("submit", str(source), "--json")

@@ -87,6 +87,7 @@ def test_names_with_control_characters_are_rejected_and_logged_escaped(
 
 
 def test_run_once_sweeps_stale_uploads_and_keeps_fresh_ones(tmp_path: Path) -> None:
+    build_app(load_settings(home=tmp_path), with_forge=False)  # `run --once` needs a state
     folder = tmp_path / "inbox" / "acme"
     folder.mkdir(parents=True)
     stale = [folder / "old.json.part", folder / ".old.json.Xy12Ab", tmp_path / "inbox" / "x.tmp"]

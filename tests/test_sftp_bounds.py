@@ -26,6 +26,9 @@ from sftp_stack import (
     transport_to,
 )
 
+from dropbox_eval.app import build_app
+from dropbox_eval.config import load_settings
+
 MAX_SESSIONS = 2
 MAX_FAILURES = 3
 MAX_USERS = 3
@@ -218,6 +221,7 @@ def test_hoarding_descriptors_under_a_low_limit_starves_no_one(stack: Stack) -> 
 
 
 def test_the_endpoint_raises_its_soft_descriptor_limit_at_start(tmp_path: Path) -> None:
+    build_app(load_settings(home=tmp_path), with_forge=False)  # the endpoint needs a state
     proc, _ = start_endpoint(tmp_path, tmp_path / "log", {}, limit_files=(64, 1024))
     try:
         limits = Path(f"/proc/{proc.pid}/limits").read_text()

@@ -1,30 +1,39 @@
 """A full, read-only or refused disk is a named state: `/readyz` says which folder and why,
 the API answers 507 `storage_full`, `/metrics` keeps answering, the log does not flood, and
-everything resumes by itself when space returns. The command line says so in one line.
+everything resumes by itself when space returns. The command line says so in one line. A
+step whose side effect happened (a report sent) but whose record could not be written
+does not happen again in a loop; no step is tried every tick while storage fails.
 
 Real parts: a `dropbox-eval run --http-port 0` child whose home is a 4 MiB tmpfs mounted
-here (CI runs as root), filled to ENOSPC with a filler file, then remounted read-only.
+here (CI runs as root), filled to ENOSPC with a filler file, then remounted read-only; a
+loopback callback receiver that fills the disk as it takes the report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from conftest import PATIENCE, read_json, tasks, wait_for
+from conftest import PATIENCE, read_json, settings_on, tasks, wait_for
 from test_pause import Running
 from test_retry import Home
 
+from dropbox_eval import storage
 from dropbox_eval.api import os_error_response
-from dropbox_eval.errors import EXIT_FAILED, EXIT_USAGE, storage_error
+from dropbox_eval.app import App, build_app
+from dropbox_eval.errors import EXIT_FAILED, EXIT_USAGE, StorageFull, storage_error
+from dropbox_eval.fileio import write_atomically
 from dropbox_eval.logfilter import AUDIT, RepeatFilter
 from dropbox_eval.sandbox import SandboxForge
 
@@ -39,16 +48,22 @@ class QuickHome(Home):
         return super().env() | {"SAAS_EVAL_RESCAN_INTERVAL": "1"}
 
 
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs of its own, unmounted at the end whatever happened."""
-    folder = tmp_path / "disk"
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """`folder` (made here) as a tmpfs of `size`, unmounted at the end whatever happened."""
     folder.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
     try:
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of its own."""
+    with mounted_tmpfs(tmp_path / "disk", "4m") as folder:
+        yield folder
 
 
 def fill(filler: Path) -> None:
@@ -64,10 +79,10 @@ def fill(filler: Path) -> None:
         os.close(fd)
 
 
-def post(url: str, key: str, ref: str) -> requests.Response:
+def post(url: str, key: str, ref: str, count: int = 1, **fields: str) -> requests.Response:
     return requests.post(
         f"{url}/api/eval/batches",
-        json={"batch_ref": ref, "tasks": tasks(1)},
+        json={"batch_ref": ref, "tasks": tasks(count), **fields},
         headers={"Authorization": f"Bearer {key}"},
         timeout=PATIENCE,
     )
@@ -151,14 +166,41 @@ def test_a_full_disk_is_named_answered_quiet_and_resumes_by_itself(
             service.stop()
     assert sum("Traceback" in line for line in service.lines) <= MAX_TRACEBACKS
 
+    last = tmpfs / "inbox" / "acme" / "last.json"  # a cron job's pass on a full disk fails
+    write_atomically(last, json.dumps({"batch_ref": "last", "tasks": tasks(1)}))
+    fill(filler)
+    once = home.run("run", "--once")
+    assert once.returncode == EXIT_FAILED, once.stderr[-3000:]
+    failed = [line for line in once.stderr.splitlines() if " ERROR run --once: " in line]
+    assert len(failed) == 1, once.stderr[-3000:]
+    assert f"failed on storage, first: file {last}: cannot write" in failed[0]
+    assert failed[0].endswith("no space left on device (ENOSPC); exit 1")
+    assert last.exists()  # left for the next pass
+
 
 def test_commands_on_a_read_only_or_missing_state_folder_say_one_line(
     tmpfs: Path, forge: SandboxForge
 ) -> None:
     home = Home(tmpfs, forge)
     assert home.run("clients", "add", "acme", "--credits", "10").returncode == 0
-    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    service = Running(home)
+    state = tmpfs / "state"  # read-only from now on for every new open (the service's
+    subprocess.run(["mount", "--bind", str(state), str(state)], check=True)  # open locks
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(state)], check=True)  # stay)
     cause = "read-only file system (EROFS)"
+    try:  # the running service: readiness names the folder, the metrics still see it
+        assert wait_for(lambda: readiness(service.url)[0] == 503), readiness(service.url)
+        checks = readiness(service.url)[1]["checks"]
+        assert f"state folder {tmpfs / 'state'}: {cause}" in checks["storage"], checks
+        assert checks["workers"] == "ok", checks
+        scrape = requests.get(f"{service.url}/metrics", timeout=PATIENCE).text
+        assert "dropbox_eval_service_running 1.0" in scrape, scrape
+        assert 'dropbox_eval_worker_up{worker="inbox-worker"} 1.0' in scrape, scrape
+        assert 'dropbox_eval_worker_restarts_total{worker="forge-worker"} 0.0' in scrape
+    finally:
+        service.stop()
+        subprocess.run(["umount", str(state)], check=True)
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
     for args in (
         ["run"],
         ["clients", "add", "bob"],
@@ -251,3 +293,156 @@ def test_an_os_error_under_a_request_answers_by_its_errno_never_a_bare_500() -> 
     assert str(translated) == f"cannot use {path}: permission denied (EACCES)"
     assert isinstance(translated, OSError) and translated.errno == errno.EACCES  # still one
     assert storage_error(FileNotFoundError(errno.ENOENT, "No such file", path)) is None
+
+
+class FillingReceiver:
+    """A loopback callback receiver that, once armed, fills `filler`'s disk as it takes a
+    report, then answers 200: the report went out; its record cannot be written."""
+
+    def __init__(self) -> None:
+        self.posts: list[str] = []  # the webhook-id of each POST
+        self.filler: Path | None = None
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.posts.append(self.headers["webhook-id"])
+                if receiver.filler is not None:
+                    fill(receiver.filler)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def small_outbox(tmpfs: Path) -> Iterator[Path]:
+    """`outbox/` on a 64 KiB tmpfs of its own, inside the home's."""
+    with mounted_tmpfs(tmpfs / "outbox", "64k") as folder:
+        yield folder
+
+
+def metric(url: str, line: str) -> float | None:
+    """The value of the /metrics sample whose name and labels are `line`."""
+    for sample in requests.get(f"{url}/metrics", timeout=PATIENCE).text.splitlines():
+        if sample.startswith(f"{line} "):
+            return float(sample.split()[-1])
+    return None
+
+
+def finish_with_long_summaries(home: Home, batch_id: str) -> None:
+    """The lane passes each task of the batch with a summary of 2000 characters."""
+    owner, name = home.json("batch", batch_id)["repo"].split("/")
+    summary = f"<!-- controller:fingerprint:x -->\n{'long ' * 400}"
+    for issue in home.forge.issues(owner, name):
+        home.forge.finish_issue(owner, name, issue["number"], comment=summary, labels=["eval-pass"])
+
+
+@pytest.mark.slow
+def test_a_report_sent_but_not_recorded_is_not_sent_again_and_a_nearly_full_outbox_is_named(
+    tmpfs: Path, small_outbox: Path, forge: SandboxForge
+) -> None:
+    home = QuickHome(tmpfs, forge)
+    assert home.run("clients", "add", "acme", "--credits", "100").returncode == 0
+    key = home.json("clients", "api-key", "acme")["api_key"]
+    receiver = FillingReceiver()
+    service = Running(home, {"SAAS_EVAL_CALLBACK_ALLOW": "127.0.0.1"})
+    try:
+        hooked = post(service.url, key, "hooked", callback_url=receiver.url).json()["batch_id"]
+        filed = post(service.url, key, "filed", count=3).json()["batch_id"]
+        nearly = small_outbox / "filler"
+        fill(nearly)
+        with nearly.open("r+b") as handle:  # one block left: a probe fits, no report does
+            handle.truncate(handle.seek(0, os.SEEK_END) - 4096)
+        finish_with_long_summaries(home, filed)  # a report of more than one block
+        outbox = f"outbox {small_outbox}: cannot write {small_outbox / f'{filed}.json'}"
+
+        def outbox_named() -> bool:
+            code, body = readiness(service.url)
+            return code == 503 and body["checks"]["storage"].startswith(outbox)
+
+        assert wait_for(outbox_named), readiness(service.url)[1]["checks"]["storage"]
+        assert "no space left on device (ENOSPC)" in readiness(service.url)[1]["checks"]["storage"]
+        assert metric(service.url, 'dropbox_eval_storage_writable{folder="outbox"}') == 0
+        assert metric(service.url, 'dropbox_eval_storage_writable{folder="state"}') == 1
+        nearly.unlink()  # its next try writes it (and clears the outbox's state)
+
+        receiver.filler = tmpfs / "filler"  # the state disk fills as the report arrives
+        home.finish(hooked)
+        recording = (
+            f"batch {hooked}: report delivered to {receiver.url} (HTTP 200) but not recorded"
+        )
+        assert wait_for(lambda: f"{recording} (try 3;" in "".join(service.lines)), service.lines
+        assert receiver.posts == [f"msg_{hooked}"]  # three tries wrote, none sent again
+        tries = [line for line in service.lines if recording in line]
+        assert "recording again in 1 s, without sending it again): cannot write" in tries[0]
+        assert "no space left on device (ENOSPC)" in tries[0]
+
+        receiver.filler = None
+        (tmpfs / "filler").unlink()  # space returns: nothing to restart, nothing to repair
+        for batch_id in (hooked, filed):
+            assert wait_for(lambda b=batch_id: home.json("batch", b)["status"] == "emitted")
+        assert receiver.posts == [f"msg_{hooked}"]
+        assert json.loads((small_outbox / f"{filed}.json").read_text())["batch_id"] == filed
+        assert wait_for(lambda: readiness(service.url)[0] == 200), readiness(service.url)
+        assert metric(service.url, 'dropbox_eval_storage_writable{folder="outbox"}') == 1
+        delivered = 'dropbox_eval_deliveries_total{outcome="delivered"}'
+        assert metric(service.url, delivered) == 2  # one POST, one outbox file
+        client = home.json("clients", "show", "acme")
+        assert client["held"] == 0 and client["balance"] == 100 - 1 - 3  # charged once each
+    finally:
+        receiver.close()
+        if service.process.poll() is None:
+            service.stop()
+    assert "Traceback" not in "".join(service.lines)
+
+
+def test_a_drop_that_storage_refused_waits_and_is_not_accepted_twice(
+    tmpfs: Path, tmp_path: Path, forge: SandboxForge, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = build_app(settings_on(forge, tmp_path / "home", inbox=tmpfs / "inbox"))
+    app.billing.add_client("acme", 10)
+    drop = app.inbox.root / "acme" / "x.json"
+    write_atomically(drop, json.dumps({"batch_ref": "x", "tasks": tasks(1)}))
+    fill(tmpfs / "filler")  # the inbox is full: the batch is recorded, its receipt is not
+    caplog.set_level(logging.INFO, logger="dropbox_eval")
+    with pytest.raises(StorageFull, match=r"x\.json\.receipt\.json: no space left"):
+        app.inbox.process(drop)
+    assert app.inbox.process(drop).document["reason"] == "storage"  # waits: not read again
+    assert sum("x.json: reading" in m for m in caplog.messages) == 1
+    (tmpfs / "filler").unlink()
+    assert wait_for(lambda: app.inbox.process(drop).status == "accepted")
+    accepted = [m for m in caplog.messages if "accepted 1 tasks from acme" in m]
+    assert len(accepted) == 1  # the second look files the batch the first one recorded
+    assert any("recorded before from acme/x.json; filing it" in m for m in caplog.messages)
+    assert [row["batch_ref"] for row in app.store.list_batches()] == ["x"]
+    assert storage.probe("inbox", drop.parent / "accepted" / "x.json") is None  # a file
+
+
+def test_a_visit_that_storage_refused_is_not_due_again_at_the_next_tick(
+    app: App, funded: str
+) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(1))["batch_id"]
+    attempts = app.lifecycle.attempts
+
+    def refused() -> None:
+        raise StorageFull(errno.ENOSPC, app.settings.state_path / "index.json")
+
+    with pytest.raises(StorageFull):
+        app.lifecycle.visit(batch_id, refused)
+    batch = app.store.get_batch(batch_id)
+    assert batch.next_attempt_at is None  # nothing could be stored: the wait is in memory
+    assert not attempts.is_due(batch) and 0 < attempts.retry_in(batch) <= 1.0
+    app.lifecycle.visit(batch_id, lambda: None)  # a visit that worked: due again
+    assert attempts.is_due(app.store.get_batch(batch_id))

@@ -52,6 +52,8 @@ def test_an_inbox_not_mounted_yet_is_waited_for_and_taken_once_there(home: Home)
     service = Running(home)
     try:
         assert wait_for(lambda: _inbox_check_is(service, f"inbox {share}: missing"))
+        assert wait_for(lambda: _gauge(service, "dropbox_eval_inbox_watched") == 0)
+        assert _metric(service, "dropbox_eval_worker_up", "inbox-worker") == 1  # waiting
         waiting = _worker(home, "inbox-worker")
         assert waiting["state"] == "waiting" and waiting["detail"] == f"inbox {share}: missing"
         assert f"worker inbox-worker: waiting since {waiting['since']}" in home.run("status").stdout
@@ -59,6 +61,7 @@ def test_an_inbox_not_mounted_yet_is_waited_for_and_taken_once_there(home: Home)
         _drop(home, "first.json")
         assert wait_for(lambda: _receipt(home, "first.json").exists())
         assert wait_for(lambda: _inbox_check_is(service, "ok"))
+        assert wait_for(lambda: _gauge(service, "dropbox_eval_inbox_watched") == 1)
         shutil.rmtree(share)  # removed, then made again
         assert wait_for(lambda: _inbox_check_is(service, f"inbox {share}: missing"))
         share.mkdir()
@@ -74,8 +77,12 @@ def test_an_inbox_not_mounted_yet_is_waited_for_and_taken_once_there(home: Home)
 
 
 def _metric(service: Running, name: str, worker: str) -> float | None:
+    return _gauge(service, f'{name}{{worker="{worker}"}}')
+
+
+def _gauge(service: Running, series: str) -> float | None:
     text = requests.get(f"{service.url}/metrics", timeout=PATIENCE).text
-    found = re.search(rf'^{name}{{worker="{worker}"}} (\S+)$', text, re.MULTILINE)
+    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else None
 
 
@@ -100,6 +107,8 @@ def test_a_worker_whose_loop_raises_is_restarted_shown_and_counted(home: Home) -
     log = "".join(service.lines)
     assert "worker forge-worker failed" in log
     assert log.count("Traceback") == 1  # the same cause again: counted, not repeated
+    for delay in (1, 2):  # yet each failure has its line, with its error
+        assert f"worker forge-worker: restarting in {delay} s after InjectedFault: " in log
 
 
 @pytest.mark.slow
@@ -119,3 +128,15 @@ def test_a_worker_that_cannot_stay_up_stops_the_service_non_zero(home: Home) -> 
     assert status["running"] is False
     assert status["workers"]["delivery-worker"]["state"] == "failed"
     assert status["workers"]["delivery-worker"]["restarts"] == RESTART_LIMIT
+    assert f"worker delivery-worker failed {RESTART_LIMIT + 1} times" in status["last_error"]
+    shown = home.run("status").stdout  # the worker that stopped it, until the next start
+    assert "service: not running" in shown and "last error: " + status["last_error"] in shown
+    assert "worker delivery-worker: failed since" in shown
+    check = home.json("check", code=1)
+    assert [(item["kind"], item["worker"]) for item in check["attention"]] == [
+        ("worker_down", "delivery-worker")
+    ]
+    assert "systemctl restart dropbox-eval" in check["attention"][0]["action"]
+    assert home.run("run", "--once").returncode == 0  # a new start rewrites the record
+    assert home.json("check")["attention"] == []
+    assert "worker " not in home.run("status").stdout

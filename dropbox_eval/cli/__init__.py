@@ -68,11 +68,13 @@ class Context:
 
         return load_settings(**{**self.overrides, **more})
 
-    def app(self, **more: Any) -> App:
-        """The wired components (creates the folders it needs)."""
+    def app(self, *, create: bool = False, with_forge: bool = True, **more: Any) -> App:
+        """The wired components, on the state that is there: NoState (exit 2, nothing
+        created) when there is none. Only the commands that set a service up pass
+        `create` (`clients add`, `demo`, `run` without `--once`; statefolder.py)."""
         from ..app import build_app
 
-        return build_app(self.settings(**more))
+        return build_app(self.settings(**more), with_forge=with_forge, create=create)
 
     def store(self, *, writable: bool = False) -> Store:
         """The state opened read-only: creates nothing; exit 2 when there is none.

@@ -7,7 +7,6 @@ import sys
 
 import click
 
-from ..app import build_app
 from ..attention import Attention, needs_a_person
 from ..billing import Billing
 from ..errors import EXIT_FAILED, EXIT_OK
@@ -31,14 +30,15 @@ def check(obj: Context, repair: bool, as_json: bool) -> None:
     """Check that the index, the batch records and the ledger agree (read-only unless
     --repair). Then list what needs a person, one line each with the command that resolves
     it: a report whose delivery was given up, a batch held past its deadline, a worker of
-    the running service down, a state problem no start can repair. Exit 0 when there is
-    none (the service resolves the rest alone), 1 otherwise."""
+    the running service down (or one that failed and stopped it), an inbox folder missing
+    for over ten minutes, a state problem no start can repair. Exit 0 when there is none
+    (the service resolves the rest alone), 1 otherwise."""
     with friendly_errors(as_json):
         settings = obj.settings()
         if repair:
             if service_running(settings.state_path):
                 raise already_running(settings.state_path)
-            statecheck = build_app(settings, with_forge=False).statecheck
+            statecheck = obj.app(with_forge=False).statecheck
         else:
             store = obj.store(writable=True)
             statecheck = StateCheck(

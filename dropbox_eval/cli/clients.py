@@ -35,7 +35,7 @@ def clients() -> None:
 def clients_add(obj: Context, client_id: str, credits: int, as_json: bool) -> None:
     """Create a client account (prints its webhook secret once)."""
     with friendly_errors(as_json):
-        client = obj.app().billing.add_client(client_id, credits)
+        client = obj.app(create=True).billing.add_client(client_id, credits)
     if as_json:
         emit_json(client_view(client) | {"webhook_secret": client.webhook_secret})
         return

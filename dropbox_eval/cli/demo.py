@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..app import App, build_app
+from ..app import App
 from ..errors import EXIT_FAILED, DropboxEvalError
 from ..fileio import SHARED_MODE, write_atomically
 from ..models import utcnow
@@ -78,7 +78,8 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str, as_json: bo
     with friendly_errors(as_json):
         forge_run = SandboxForge.from_env(lane_delay=lane_delay, options=sandbox_options(lane))
     with friendly_errors(as_json), forge_run as forge:
-        settings = obj.settings(
+        app = obj.app(
+            create=True,
             gitea_url=forge.url,
             gitea_token=forge.token,
             owner=forge.user,
@@ -88,7 +89,7 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str, as_json: bo
             settle_seconds=DEMO_SETTLE_SECONDS,
             **_own_home_if_taken(obj),
         )
-        app = build_app(settings)
+        settings = app.settings
         client = app.store.get_client("demo")
         if client is None:
             app.billing.add_client("demo", 100)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..app import build_app
 from ..errors import ConfigError
 from ..service import Service
 from ..servicestate import already_running, running_status, service_running
@@ -91,9 +90,8 @@ def run(
         if sandbox and service_running(state):  # before starting a forge for nothing
             raise already_running(state)
     with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay, lane) as extra:
-        settings = obj.settings(**extra)
-        settings.require_forge()
-        service = Service(build_app(settings), polling=polling)
+        obj.settings(**extra).require_forge()  # before a state folder is made
+        service = Service(obj.app(create=not once, **extra), polling=polling)
         with _http(service, http_host, http_port):
             code = service.run(once=once)
     sys.exit(code)

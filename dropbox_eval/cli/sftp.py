@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-from ..app import build_app
 from ..config import Settings
 from ..errors import NotFoundError
 from ..views import Views
@@ -24,7 +23,7 @@ def _existing_client(obj: Context, client_id: str, *, writing: bool) -> Settings
     """The settings, once the client is known (a writing command fixes an old state
     folder's permissions first, as every writing command does)."""
     settings = obj.settings()
-    store = build_app(settings, with_forge=False).store if writing else obj.store()
+    store = obj.app(with_forge=False).store if writing else obj.store()
     try:
         Views(store).client(client_id, ledger_limit=0)
     except NotFoundError:
@@ -61,6 +60,7 @@ def sftp_command(obj: Context, host: str, port: int, as_json: bool) -> None:
         sys.stdout.flush()
 
     with friendly_errors(as_json):
+        obj.store()  # the state must be there: the endpoint creates none (NoState)
         serve(obj.settings(), host, port, ready)
 
 

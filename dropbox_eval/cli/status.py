@@ -52,9 +52,8 @@ def _print_status(record: dict[str, Any]) -> None:
             "(files wait in the inbox; `dropbox-eval resume` ends it)"
         )
     click.echo(f"last error: {record.get('last_error') or '-'}")
-    if record["running"]:
-        for name, worker in sorted((record.get("workers") or {}).items()):
-            click.echo(_worker_line(name, worker))
+    for name, worker in sorted((record.get("workers") or {}).items()):  # stopped: one failed
+        click.echo(_worker_line(name, worker))
     problems = record.get("state_problems") or []
     click.echo(
         f"state: {len(problems)} problem(s) to look at (`dropbox-eval check`)"

@@ -50,8 +50,9 @@ def submit(obj: Context, file: Path, client_id: str | None, timeout: float, as_j
     with friendly_errors(as_json):
         settings = obj.settings()
         folder = _folder(settings, client_id)
+        obj.store()  # the state must be there before a file is handed over (NoState)
         try:
-            drop = handover.hand_over(file, folder)
+            drop = handover.hand_over(file, folder, settings.inbox_path)
         except OSError as exc:
             raise InvalidArgument(f"cannot drop {file} into {folder}: {exc}") from None
         filed = _filed(obj, settings, drop, timeout)

@@ -12,6 +12,8 @@ What the inbox survives (README "File protocol" and "Uploading safely"):
 - Concurrency: the file is claimed with an exclusive `flock` for the whole
   read-accept-move step, and only the file that was read is filed: a new upload that
   took its name meanwhile stays for the next look.
+- A full or read-only disk (errors.StorageUnavailable): the file stays, and is not taken
+  again before a wait (1 s doubling to a minute, clock.Backoff), however often it is seen.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import crashpoints, timestamps
+from ..clock import Backoff
 from ..documents import ErrorFile, receipt_for
-from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError
+from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError, StorageUnavailable
 from ..models import BatchFile, BatchRecord, BatchStatus
 from . import fsops
 from .checks import CANCEL_RE, cancel_target, name_problem, read_drop
@@ -97,6 +100,7 @@ class Inbox:
         self.on_filed: Callable[[str, float], None] | None = None
         # when intake was paused (pause.py), or None: a paused inbox leaves every file
         self.paused: Callable[[], str | None] = lambda: None
+        self.storage_waits = Backoff()  # drops whose last look storage refused
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans); stale uploads
@@ -121,6 +125,9 @@ class Inbox:
         if since is not None:  # no receipt, no error file: it waits for `resume`
             why = f"intake is paused since {since}; the file waits for `dropbox-eval resume`"
             return Outcome("skipped", None, {"reason": "paused", "message": why})
+        if not self.storage_waits.ready(str(path)):  # said when it failed: quiet till then
+            why = "storage refused the last look; the file waits before the next"
+            return Outcome("skipped", None, {"reason": "storage", "message": why})
         try:
             folder_fd = open_folder(self.root, path.parent)
         except Skip as skip:
@@ -128,11 +135,16 @@ class Inbox:
         except OSError as exc:
             return _skipped(path, Skip("folder_unavailable", f"cannot open the folder: {exc}"))
         try:
-            return self._process_in(folder_fd, path)
+            outcome = self._process_in(folder_fd, path)
         except Skip as skip:
             return _skipped(path, skip)
+        except StorageUnavailable:
+            self.storage_waits.failed(str(path))
+            raise
         finally:
             os.close(folder_fd)
+        self.storage_waits.succeeded(str(path))
+        return outcome
 
     # -- one file -------------------------------------------------------------------------
 

@@ -49,7 +49,9 @@ def file_away(
         target = fsops.choose_target(out_fd, path.name, suffix, document.document(), fd)
         if target != path.name:
             document.filed_as = target
-        write_at(out_fd, f"{target}{suffix}", json_bytes(document.document()), mode=SHARED_MODE)
+        name = f"{target}{suffix}"
+        where = path.parent / outcome / name
+        write_at(out_fd, name, json_bytes(document.document()), mode=SHARED_MODE, where=where)
         if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
             log.warning("file %s: vanished while being filed as %s", shown(path), outcome)
             if outcome == "rejected":

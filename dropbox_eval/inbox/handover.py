@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..models import utcnow
 from .filing import OUTCOME_SUFFIX
 from .fsops import outcome_name
@@ -49,10 +50,17 @@ class Drop:
         return document.get("file") == self.path.name and same_bytes
 
 
-def hand_over(source: Path, folder: Path) -> Drop:
-    """Put a copy of `source` into `folder` (the file itself when it already sits there)."""
+def hand_over(source: Path, folder: Path, inbox: Path) -> Drop:
+    """Put a copy of `source` into `folder` (the inbox or a client's folder in it; the file
+    itself when it already sits there). A missing inbox is not made: it may be a share
+    not mounted yet, and the service waits for it."""
     sha256 = hashlib.sha256(source.read_bytes()).hexdigest()
-    folder.mkdir(parents=True, exist_ok=True)
+    if not inbox.is_dir():
+        raise ConfigError(
+            f"the inbox {inbox} is missing (a share not mounted yet?): the service waits "
+            "for it; submit again once it is back"
+        )
+    folder.mkdir(exist_ok=True)
     if source.resolve().parent == folder.resolve():
         target = source.resolve()
         return Drop(target, sha256, documents(target))

@@ -71,8 +71,8 @@ class Endpoint:
         self.live: dict[object, Session] = {}
 
     async def listen(self, host: str, port: int) -> asyncssh.SSHAcceptor:
-        """Start accepting connections (port 0 picks a free port)."""
-        self.settings.inbox_path.mkdir(parents=True, exist_ok=True)
+        """Start accepting connections (port 0 picks a free port). A missing inbox is not
+        made here (statefolder.make_drop_folders): uploads fail until it is back."""
         return await asyncssh.create_server(
             lambda: Gate(self),
             host,

@@ -125,14 +125,18 @@ class Store(BatchListing):
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""
+        if not is_valid_id(batch_id):
+            raise NotFoundError(f"no batch {batch_id!r}")
         for _ in range(2):  # the batch may move to the archive between finding and reading
-            path = self._batch_file(batch_id) if is_valid_id(batch_id) else None
-            if path is None or not path.exists():
-                raise NotFoundError(f"no batch {batch_id!r}")
+            path = self._batch_file(batch_id)
+            if not path.exists():
+                continue  # moved since `_batch_file` looked: look again
             with self._open(path) as db:
                 row = db.table("batch").get(doc_id=1)
             if row is not None:
                 return BatchRecord.model_validate(row)
+        if not self._batch_file(batch_id).exists():
+            raise NotFoundError(f"no batch {batch_id!r}")
         raise StoreError(f"{path} has no batch row")
 
     def get_tasks(self, batch_id: str) -> list[TaskRecord]:

@@ -18,15 +18,30 @@ KEPT_WHEN_STOPPED = ("stopped_at", "last_error", "state_problems", "workers")
 
 def service_view(state_dir: Path) -> dict[str, Any]:
     """The running service's status record; for a stopped one only what still means
-    something (when it stopped, its last error and state problems, never the old pid)."""
+    something (when it stopped, its last error and state problems, never the old pid; its
+    workers only when one `failed`: the one that stopped it, until a new start)."""
     record = read_status(state_dir) if (state_dir / "service.lock").exists() else {}
     if not record.get("running"):
         old = _stopped_record(state_dir)
         record = {"running": False} | {k: old[k] for k in KEPT_WHEN_STOPPED if old.get(k)}
+        if not failed_workers(record):
+            record.pop("workers", None)
     for name in SERVICE_TIMES:
         if name in record:
             record[name] = rfc3339(record[name])
     return record | Pause(state_dir).view()
+
+
+def failed_workers(record: dict[str, Any]) -> list[str]:
+    """The workers of a status record that gave up (`failed`: they stop the service)."""
+    workers = record.get("workers")
+    if not isinstance(workers, dict):
+        return []
+    return sorted(
+        name
+        for name, worker in workers.items()
+        if isinstance(worker, dict) and worker.get("state") == "failed"
+    )
 
 
 def _stopped_record(state_dir: Path) -> dict[str, Any]:

@@ -155,6 +155,12 @@ class StateCollector(Collector):
             restarts.add_metric([name], int(worker.get("restarts", 0)))
             up.add_metric([name], int(worker.get("state") in ("running", "waiting")))
         yield from (restarts, up)
+        yield GaugeMetricFamily(  # worker_up counts a wait as up: this one tells it apart
+            f"{PREFIX}_inbox_watched",
+            "1 while the running service watches an inbox folder that is there; 0 while "
+            "it waits for a missing one (a share not mounted), or no service runs.",
+            value=int(workers.get("inbox-worker", {}).get("state") == "running"),
+        )
 
 
 BY_SOURCE = "Batches accepted, by how they came (a dropped file, the HTTP API, or a retry)."

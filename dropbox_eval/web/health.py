@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import storage
-from ..errors import DropboxEvalError
+from ..errors import DropboxEvalError, storage_error
 from ..servicestate import read_status
 
 if TYPE_CHECKING:
@@ -53,15 +53,16 @@ class Health:
         with self._lock:
             if self._cached and time.monotonic() - self._cached[0] < CACHE_SECONDS:
                 return self._cached[1]
-            result = Readiness(
-                {
-                    "store": self._store(),
-                    "state": self._state(),
-                    "forge": self._forge(),
-                    **self._service(),
-                    "storage": self._storage(),
-                }
-            )
+            checks: dict[str, str] = {}
+            for names, check in (
+                (("store",), self._store),
+                (("state",), self._state),
+                (("forge",), self._forge),
+                (("inbox", "workers"), self._service),
+                (("storage",), self._storage),
+            ):
+                checks |= _guarded(names, check)
+            result = Readiness(checks)
             self._cached = (time.monotonic(), result)
             return result
 
@@ -113,3 +114,17 @@ class Health:
             if state["state"] in ("restarting", "failed")
         ]
         return {"inbox": waiting or "ok", "workers": "; ".join(down) or "ok"}
+
+
+def _guarded(names: tuple[str, ...], check: Callable[[], str | dict[str, str]]) -> dict[str, str]:
+    """`{name: outcome}` of one check (`_service` answers two), whatever it meets: an
+    error is the check's value, never an exception escaping readiness."""
+    try:
+        outcome = check()
+    except OSError as exc:  # a full, read-only or refused folder: named with its cause
+        why = str(storage_error(exc) or exc)
+    except DropboxEvalError as exc:
+        why = str(exc)
+    else:
+        return outcome if isinstance(outcome, dict) else {names[0]: outcome}
+    return {name: f"check failed: {why}" for name in names}

@@ -138,8 +138,9 @@ class Supervisor:
                     break
                 raise RuntimeError("its loop returned while the service runs")
             except Exception as exc:  # noqa: BLE001 - a worker's failure must not end the service
-                log.exception("worker %s failed", name)
-                error = f"{utcnow().isoformat()} {type(exc).__name__}: {exc}"
+                log.exception("worker %s failed", name)  # a repeat within a minute: counted
+                cause = f"{type(exc).__name__}: {exc}"
+                error = f"{utcnow().isoformat()} {cause}"
             now = time.monotonic()
             if now - started >= BACKOFF_CAP_SECONDS:  # it stayed up: a new failure, not a loop
                 delay = self.first_delay
@@ -150,7 +151,8 @@ class Supervisor:
                 self._give_up(name, error, len(failures))
                 return
             self._update(name, state="restarting", last_error=error, detail=None)
-            log.error("worker %s: restarting in %.0f s", name, delay)
+            # each failure in a line of its own: the delay differs from the last one's
+            log.error("worker %s: restarting in %.0f s after %s", name, delay, cause)
             if self.stop.wait(delay):
                 break
             with self._lock:
