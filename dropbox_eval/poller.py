@@ -2,7 +2,10 @@
 
 Each listed issue goes to the `ResultReader` (reading.py), which reads a closed issue's
 result and keeps it `settling` until nothing changed for `settle_seconds`. While results
-settle, the listing also shows open issues (a reopen sends the task back to running). The
+settle, the listing also shows open issues (a reopen sends the task back to running); a
+settling issue the listing does not show is read on its own. Readings are per issue: a
+forge error reading one delays that issue only (the batch's `attempts` count failed shared
+work, the listing; an issue unreadable for good is ended by the batch's deadline). The
 periodic full visit reconciles the listing with the forge's open-issue count.
 """
 
@@ -14,21 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from .config import Settings
 from .errors import ForgeError, ForgeNotFound
 from .forge import ForgeIssue, GiteaClient, UsesForge
-from .models import (
-    BatchRecord,
-    BatchStatus,
-    TaskRecord,
-    TaskStatus,
-    utcnow,
-)
+from .models import BatchRecord, BatchStatus, TaskRecord, utcnow
 from .opentasks import OpenTasks, Owner
 from .ports import Closing
-from .reading import ResultReader, ended
+from .reading import ResultReader, gone
 from .repomoves import follow_moves
 from .store import Store
 
@@ -43,6 +41,8 @@ READERS = 16  # closed issues of one repo read at once, at most
 ALARM_MARGIN = 0.3  # after a settle window's end: the forge's Date has whole seconds
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 Counted = tuple[int, "datetime | None"]  # a repo's open issues, the forge time of the count
+Change = dict[str, Any] | None  # what one reading changes on its task
+_Read = tuple[Owner, int, Callable[[], Change]]  # a task, its issue number, how to read it
 
 
 _NOT_LISTED = datetime.min.replace(tzinfo=UTC)
@@ -245,55 +245,58 @@ class Poller(UsesForge):
             if closed is not None and issue.state == "closed":
                 closed[issue.number] = issue.closed_at
             pairs.append((issue, owner))
-        for (issue, owner), change in zip(pairs, self._observe_all(repo, pairs), strict=True):
+        reads: list[_Read] = [
+            (owner, issue.number, partial(self.reader.observe, repo, owner[1], issue))
+            for issue, owner in pairs
+        ]
+        calls = sum(1 for issue, _ in pairs if issue.state == "closed")  # the others: none
+        for number, owner in open_tasks.read():
+            if number in seen:
+                continue
+            if full:
+                reads.append((owner, number, partial(self._check_unseen, repo, owner[1])))
+            elif owner[1].settling is not None:  # not listed: its issue is read on its own
+                reads.append((owner, number, partial(self.reader.settle_unlisted, repo, owner[1])))
+            else:
+                continue
+            calls += 1
+        for (owner, number, _), change in zip(reads, self._read_each(reads, calls), strict=True):
             if isinstance(change, ForgeError):
                 log.warning(
                     "batch %s: result of issue #%d unreadable, retried next cycle: %s",
                     owner[0].batch_id,
-                    issue.number,
+                    number,
                     change,
                 )
                 unread.add(owner[0].batch_id)
             elif change is not None:
                 yield owner, change
-        for number, owner in open_tasks.read():
-            if number in seen:
-                continue
-            if full:
-                change = self._check_unseen(repo, owner[1])
-            elif owner[1].settling is not None:  # unchanged since the listing showed it
-                change = self.reader.settle_unlisted(repo, owner[1])
-            else:
-                change = None
-            if change is not None:
-                yield owner, change
 
-    def _observe_all(
-        self, repo: str, pairs: list[tuple[ForgeIssue, Owner]]
-    ) -> list[dict[str, Any] | ForgeError | None]:
-        """Each listed issue's change, the closed ones read in parallel (each read waits
-        its client's turn at the scheduler, so the budget bounds them, not this pool)."""
+    def _read_each(self, reads: list[_Read], calls: int) -> list[Change | ForgeError]:
+        """Each issue's change, or the forge error that delays that issue only (a per-issue
+        read never fails the visit of the others). Read in parallel when `calls` of them
+        ask the forge: each read waits its client's turn at the scheduler, so the budget
+        bounds them, not this pool."""
         listed_at = self.gitea.listed_at  # the listing's forge time, for every reader
 
-        def observe(pair: tuple[ForgeIssue, Owner]) -> dict[str, Any] | ForgeError | None:
+        def read(one: _Read) -> Change | ForgeError:
             self.gitea.listed_at = listed_at
             try:
-                return self.reader.observe(repo, pair[1][1], pair[0])
+                return one[2]()
             except ForgeError as exc:
                 return exc
 
-        closed = sum(1 for issue, _ in pairs if issue.state == "closed")
-        if closed <= 1:
-            return [observe(pair) for pair in pairs]
-        with ThreadPoolExecutor(min(closed, READERS), thread_name_prefix="read") as pool:
+        if calls <= 1:
+            return [read(one) for one in reads]
+        with ThreadPoolExecutor(min(calls, READERS), thread_name_prefix="read") as pool:
             context = copy_context()
-            return list(pool.map(lambda pair: context.copy().run(observe, pair), pairs))
+            return list(pool.map(lambda one: context.copy().run(read, one), reads))
 
     def _check_unseen(self, repo: str, task: TaskRecord) -> dict[str, Any] | None:
         try:
             issue = self.gitea.get_issue(repo, task.issue_number or 0)
         except ForgeNotFound:
-            return ended(TaskStatus.MISSING, "the issue was deleted before the lane finished it")
+            return gone("the issue was deleted before the lane finished it")
         return self.reader.observe(repo, task, issue)
 
     def _alarm(self, repo: str, tasks: list[TaskRecord]) -> None:

@@ -58,12 +58,18 @@ class ResultReader(UsesForge):
         return self.settle(repo, issue, known)
 
     def settle_unlisted(self, repo: str, task: TaskRecord) -> dict[str, Any] | None:
-        """The change of a settling task whose issue the listing did not show (it did not
-        change): its result, read once the settle time passed; None before."""
-        known = task.settling
-        if known is None or not self.is_due(known):
+        """The change of a settling task whose issue the listing did not show: its issue
+        read on its own (one GET per visit while it settles), then `observe`d as listed.
+        So a deleted issue is `missing` at this visit, a reopen or a change the listing did
+        not show (a label) counts now, and the result comes from what this read fetched,
+        never from the labels the listing showed before."""
+        if task.settling is None:
             return None
-        return self.settle(repo, listed_issue(task, known), known)
+        try:
+            issue = self.gitea.get_issue(repo, task.issue_number or 0)
+        except ForgeNotFound:
+            return gone("the issue was deleted")
+        return self.observe(repo, task, issue)
 
     def read_now(self, repo: str, task: TaskRecord) -> dict[str, Any]:
         """The final change of a settling task read now, settled or not (a batch ending
@@ -72,7 +78,7 @@ class ResultReader(UsesForge):
         try:
             reading = self._read(repo, listed_issue(task, task.settling), task.settling)
         except ForgeNotFound:
-            return ended(TaskStatus.MISSING, "the issue was deleted")
+            return gone("the issue was deleted")
         return settled(snapshot_of(reading, task.settling.seen))
 
     def settle(self, repo: str, issue: ForgeIssue, known: Settling) -> dict[str, Any]:
@@ -82,7 +88,7 @@ class ResultReader(UsesForge):
         try:
             reading = self._read(repo, issue, known)
         except ForgeNotFound:
-            return ended(TaskStatus.MISSING, "the issue was deleted")
+            return gone("the issue was deleted")
         snapshot = snapshot_of(reading, known.seen)
         if reading.changed_at > known.changed_at and not self.is_due(snapshot):
             return {"settling": snapshot}
@@ -182,6 +188,11 @@ def settled(snapshot: Settling) -> dict[str, Any]:
 def ended(status: TaskStatus, why: str) -> dict[str, Any]:
     """The change that finishes a task without the lane's verdict."""
     return {"status": status, "result": TaskResult(summary=why), "finished_at": utcnow()}
+
+
+def gone(why: str) -> dict[str, Any]:
+    """The change that finishes a task whose issue was deleted (settling or not)."""
+    return {**ended(TaskStatus.MISSING, why), "settling": None}
 
 
 def _details(known: PullRequestRef) -> dict[str, Any]:

@@ -6,11 +6,14 @@ request changes. A delivery is accepted only when it is signed with the shared s
 or with a hook of the `form` content type its `payload` field, which is what Gitea signs),
 was not seen before, and names a repo of a running batch; it then asks the forge worker to
 poll that repo now instead of at the next interval. "Seen before" is its delivery id
-(`X-Gitea-Delivery`) or its payload: the signature covers the payload only, so a captured
-one sent again under a new delivery id is refused too, for REPLAY_WINDOW seconds (a digest
-of each is kept that long). A payload that is not well-formed JSON of sane depth naming its
-repository is refused as `bad_payload` (400). Every refusal is counted and changes nothing:
-the delivery carries no result, the service reads the issue itself.
+(`X-Gitea-Delivery` / `X-Forgejo-Delivery`, a UUID per delivery) within REPLAY_WINDOW
+seconds, never its bytes: a label put on, taken off and put on again sends byte-identical
+payloads as distinct deliveries, and each is news. A delivery without an id is known by
+the digest of its payload instead. A payload sent again under a new id is accepted: it
+only asks for a poll, which reads the forge. A payload that is not well-formed JSON of
+sane depth naming its repository is refused as `bad_payload` (400). Every refusal is
+counted and changes nothing: the delivery carries no result, the service reads the issue
+itself.
 """
 
 from __future__ import annotations
@@ -86,8 +89,7 @@ class WebhookReceiver:
         self.nudges = nudges
         self.clock = clock
         self.counts: Counter[str] = Counter()
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._bodies: OrderedDict[str, float] = OrderedDict()  # sha256 -> when first seen
+        self._seen: OrderedDict[str, float] = OrderedDict()  # delivery id -> when first seen
         self._lock = threading.Lock()
 
     def receive(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
@@ -111,8 +113,8 @@ class WebhookReceiver:
         expected = hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(signature.strip().lower(), expected):
             return 401, "bad_signature"
-        delivery = _delivery_id(headers)
-        if not delivery or not self._first_time(delivery, hashlib.sha256(body).hexdigest()):
+        delivery = _delivery_id(headers) or f"sha256:{hashlib.sha256(body).hexdigest()}"
+        if not self._first_time(delivery):
             return 409, "replayed"
         event = headers.get("x-gitea-event") or headers.get("x-forgejo-event") or ""
         if event not in EVENTS:
@@ -125,20 +127,17 @@ class WebhookReceiver:
         self.nudges.add(repo)
         return 202, "accepted"
 
-    def _first_time(self, delivery: str, digest: str) -> bool:
-        """Whether neither the delivery id nor (within REPLAY_WINDOW) the body was seen;
-        remembers both."""
+    def _first_time(self, delivery: str) -> bool:
+        """Whether the delivery id was not seen within REPLAY_WINDOW; remembers it."""
         with self._lock:
             now = self.clock()
-            while self._bodies and next(iter(self._bodies.values())) <= now - REPLAY_WINDOW:
-                self._bodies.popitem(last=False)
-            if delivery in self._seen or digest in self._bodies:
+            while self._seen and next(iter(self._seen.values())) <= now - REPLAY_WINDOW:
+                self._seen.popitem(last=False)
+            if delivery in self._seen:
                 return False
-            self._seen[delivery] = None
-            self._bodies[digest] = now
-            for remembered in (self._seen, self._bodies):
-                while len(remembered) > REMEMBERED_DELIVERIES:
-                    remembered.popitem(last=False)
+            self._seen[delivery] = now
+            while len(self._seen) > REMEMBERED_DELIVERIES:
+                self._seen.popitem(last=False)
         return True
 
 

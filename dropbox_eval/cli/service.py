@@ -176,8 +176,8 @@ def serve(obj: Context, host: str, port: int) -> None:
 @json_option
 def sandbox(port: int, lane_delay: float, lane: str | None, as_json: bool) -> None:
     """Run the sandbox forge (Gitea API subset + simulated lane) alone; prints the settings
-    that point the service at it."""
-    from ..sandbox import SandboxForge
+    that point the service at it, and the tokens of the lane and of a human user."""
+    from ..sandbox import HUMAN, LANE_BOT, SandboxForge
 
     delay = lane_delay if lane_delay >= 0 else None
     with friendly_errors(as_json):
@@ -188,6 +188,10 @@ def sandbox(port: int, lane_delay: float, lane: str | None, as_json: bool) -> No
             "SAAS_EVAL_GITEA_URL": forge.url,
             "SAAS_EVAL_GITEA_TOKEN": forge.token,
             "SAAS_EVAL_OWNER": forge.user,
+            "SAAS_EVAL_LANE_LOGIN": LANE_BOT,
+            "SANDBOX_LANE_TOKEN": forge.users[LANE_BOT],
+            "SANDBOX_HUMAN": HUMAN,
+            "SANDBOX_HUMAN_TOKEN": forge.users[HUMAN],
         }
         if as_json:
             emit_json(shown, lines=True)

@@ -7,8 +7,11 @@ from .lane_config import LaneConfig
 from .options import SandboxOptions
 from .server import SandboxForge
 from .state import ForgeState
+from .state_base import HUMAN, LANE_BOT
 
 __all__ = [
+    "HUMAN",
+    "LANE_BOT",
     "ForgeState",
     "LaneConfig",
     "ManualClock",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from . import control, control_lane, routes_hooks, routes_issues, routes_pulls, routes_repos
@@ -39,7 +39,9 @@ def create_app(state: ForgeState, lane: SimulatedLane | None = None) -> FastAPI:
         return JSONResponse(body, status_code=status)
 
     @app.exception_handler(ForgeError)
-    async def forge_error(_: Request, exc: ForgeError) -> JSONResponse:
+    async def forge_error(_: Request, exc: ForgeError) -> Response:
+        if exc.bare:
+            return Response(status_code=exc.status)
         return error(exc.status, exc.message, exc.extra)
 
     @app.exception_handler(HTTPException)

@@ -1,4 +1,5 @@
-"""Unauthenticated `/_sandbox` control routes: fault injection and the request log."""
+"""Unauthenticated `/_sandbox` control routes: fault injection, the search index's lag and
+the request log."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class FaultsOption(BaseModel):
 
 
 class DelayOption(BaseModel):
-    """Body of `POST /_sandbox/delay`."""
+    """Body of `POST /_sandbox/delay` and `POST /_sandbox/index_lag`."""
 
     seconds: float = 0.0
 
@@ -66,6 +67,13 @@ async def fail_for(request: Request, opt: FailForOption) -> JSONResponse:
     """Fail every API request for the next `seconds`."""
     forge(request).faults.fail_for(opt.seconds, opt.status)
     return reply({"ok": True})
+
+
+@router.post("/index_lag")
+async def set_index_lag(request: Request, opt: DelayOption) -> JSONResponse:
+    """`/repos/issues/search` matches issues as they stood `seconds` ago (0: current)."""
+    forge(request).indexer_lag = max(0.0, opt.seconds)
+    return reply({"ok": True, "seconds": forge(request).indexer_lag})
 
 
 @router.get("/requests")

@@ -115,6 +115,13 @@ class HookRegistry:
         with self._lock:
             return [h for h in self._hooks.values() if h.scope == scope.lower()]
 
+    def rescope(self, old: str, new: str) -> None:
+        """A repo's hooks follow it to its new `owner/name` (Gitea keys them by repo id)."""
+        with self._lock:
+            for hook in self._hooks.values():
+                if hook.scope == old.lower():
+                    hook.scope = new.lower()
+
     def remove(self, scope: str, hook_id: int) -> bool:
         """Delete a hook of `scope`; False when there is none with that id."""
         with self._lock:

@@ -88,6 +88,22 @@ async def edit_comment_deprecated(
     return await edit_comment(request, owner, repo, comment_id)
 
 
+@router.delete("/comments/{comment_id}")
+async def delete_comment(request: Request, owner: str, repo: str, comment_id: str) -> Response:
+    """Gitea's `DeleteIssueComment`: 204; 404 unknown; 403 (no body) for a caller who
+    neither posted it nor may write the repo. The comment leaves the timeline."""
+    forge(request).delete_comment(owner, repo, index(comment_id), login(request))
+    return Response(status_code=204)
+
+
+@router.delete("/{number}/comments/{comment_id}")
+async def delete_comment_deprecated(
+    request: Request, owner: str, repo: str, number: str, comment_id: str
+) -> Response:
+    """`DeleteIssueCommentDeprecated`: the issue index is ignored."""
+    return await delete_comment(request, owner, repo, comment_id)
+
+
 @router.get("/{number}")
 async def get_issue(request: Request, owner: str, repo: str, number: str) -> JSONResponse:
     """One issue."""

@@ -6,7 +6,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from .query import DEFAULT_PAGING_NUM, MAX_RESPONSE_ITEMS
-from .schemas import CreateLabelOption, CreateRepoOption, EditLabelOption, EditRepoOption
+from .schemas import (
+    CreateLabelOption,
+    CreateRepoOption,
+    EditLabelOption,
+    EditRepoOption,
+    TransferRepoOption,
+)
 from .web import body, forge, index, int_param, login, reply, total_headers
 
 router = APIRouter(prefix="/api/v1")
@@ -76,6 +82,15 @@ async def edit_repo(request: Request, owner: str, repo: str) -> JSONResponse:
         owner, repo, new_name=opt.name, archived=opt.archived, description=opt.description
     )
     return reply(edited)
+
+
+@router.post("/repos/{owner}/{repo}/transfer")
+async def transfer_repo(request: Request, owner: str, repo: str) -> JSONResponse:
+    """Gitea's `Transfer`: 202 with the moved repo (the old path then redirects); 403 for
+    a caller not its owner, 404 for an unknown new owner, 422 for a taken name."""
+    opt = await body(request, TransferRepoOption)
+    moved = forge(request).transfer_repo(owner, repo, opt.new_owner, login(request))
+    return reply(moved, 202)
 
 
 @router.get("/repos/{owner}/{repo}/labels")

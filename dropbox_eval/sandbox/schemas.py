@@ -85,6 +85,13 @@ class EditRepoOption(_Option):
     archived: bool | None = None
 
 
+class TransferRepoOption(_Option):
+    """Body of `POST /repos/{o}/{r}/transfer` (`team_ids` accepted, not acted on)."""
+
+    new_owner: str
+    team_ids: list[int] | None = None
+
+
 class EditLabelOption(_Option):
     """Body of `PATCH /repos/{o}/{r}/labels/{id}`."""
 

@@ -167,6 +167,15 @@ class SandboxForge:
         """Every API request answers `status` for the next `seconds`."""
         self.state.faults.fail_for(seconds, status)
 
+    def set_index_lag(self, seconds: float) -> None:
+        """`/repos/issues/search` matches issues as they stood `seconds` ago."""
+        self.state.indexer_lag = max(0.0, seconds)
+
+    @property
+    def users(self) -> dict[str, str]:
+        """Each user's login -> API token: the service's user, the lane's and a human's."""
+        return self.state.users()
+
     def set_capacity(self, requests: int) -> None:
         """At most `requests` API requests are served at once (each holding its slot for
         the delay and the answer), the rest wait their turn; 0: no limit. With delay d

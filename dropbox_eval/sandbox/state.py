@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from .errors import ForgeError
+from .indexer import indexed
 from .models import JSON, Account, Issue, Repo
 from .query import IssueQuery
 from .state_base import LANE_BOT
@@ -73,17 +74,16 @@ class ForgeState(CommentsMixin):
     def search_issues(self, owner: str | None, query: IssueQuery) -> tuple[list[JSON], int]:
         """Gitea's `SearchIssues`: issues across the repos of `owner` (400 when unknown),
         newest first; `labels` resolved to the ids of every label of that name in the whole
-        instance (`GetLabelIDsByNames`) and ORed, no filter when none exists; an issue
-        changed within the last `indexer_lag` seconds is not seen yet (async indexer)."""
+        instance (`GetLabelIDsByNames`) and ORed, no filter when none exists; matched as
+        the indexer held them `indexer_lag` seconds ago (see `indexer`)."""
         with self.lock:
             repos = self._searched_repos(owner)
-            horizon = self.now() - self.indexer_lag
+            horizon = self.now() - self.indexer_lag if self.indexer_lag > 0 else None
             ids = self.label_ids_named(query.labels)
             found = [
                 issue
                 for repo in repos
-                for issue in self._matching(repo, query, label_ids=ids)
-                if issue.updated <= horizon
+                for issue in self._matching(repo, query, label_ids=ids, horizon=horizon)
             ]
             found.sort(key=lambda issue: (issue.created, issue.id), reverse=True)
             start = (query.page - 1) * query.limit
@@ -105,10 +105,15 @@ class ForgeState(CommentsMixin):
             return {label_id for name in names for label_id in self.labels_named.get(name, ())}
 
     def _matching(
-        self, repo: Repo, query: IssueQuery, *, label_ids: set[int] | None = None
+        self,
+        repo: Repo,
+        query: IssueQuery,
+        *,
+        label_ids: set[int] | None = None,
+        horizon: float | None = None,
     ) -> Iterator[Issue]:
         """The repo's issues a list (labels ANDed, this repo's own) or a search (`label_ids`
-        ORed) matches, newest first."""
+        ORed) matches, newest first; with `horizon`, matched as indexed then."""
         any_label = label_ids is not None
         wanted = (
             label_ids
@@ -116,7 +121,10 @@ class ForgeState(CommentsMixin):
             else {lb.id for lb in repo.labels.values() if lb.name in query.labels}
         )
         state, since, before = query.state, query.since, query.before
-        for issue in reversed(repo.issues.values()):
+        for current in reversed(repo.issues.values()):
+            issue = current if horizon is None else indexed(current, horizon)
+            if issue is None:
+                continue
             if (query.pulls_only and not issue.is_pull) or (query.issues_only and issue.is_pull):
                 continue
             if state != "all" and (issue.closed is None) != (state == "open"):
@@ -129,7 +137,7 @@ class ForgeState(CommentsMixin):
                 not wanted.isdisjoint(issue.labels) if any_label else wanted.issubset(issue.labels)
             ):
                 continue
-            yield issue
+            yield current
 
     def edit_issue(
         self,

@@ -19,6 +19,7 @@ from .models import JSON, Account, Comment, Event, Issue, Label, Pull, Repo
 from .query import normalize_color, paged
 
 LANE_BOT = "lane-bot"
+HUMAN = "alice"  # a person of the forge besides the service's user and the lane
 
 
 class StateBase:
@@ -55,6 +56,8 @@ class StateBase:
         self.org = self._add_account(org, is_org=True)
         self.lane_bot = self._add_account(LANE_BOT)
         self.tokens: dict[str, Account] = {token: self.user}
+        self.tokens[f"{LANE_BOT}-token"] = self.lane_bot
+        self.tokens[f"{HUMAN}-token"] = self._add_account(HUMAN)
 
     def now(self) -> float:
         """The forge's time (seconds since the epoch)."""
@@ -69,11 +72,20 @@ class StateBase:
         self.accounts[login.lower()] = account
         return account
 
-    def add_user(self, login: str) -> None:
-        """Another user of the forge (a human commenting, say); no token."""
+    def add_user(self, login: str, token: str | None = None) -> None:
+        """Another user of the forge (a human commenting, say), with `token` if given."""
         with self.lock:
-            if login.lower() not in self.accounts:
-                self._add_account(login)
+            account = self.accounts.get(login.lower()) or self._add_account(login)
+            if token:
+                self.tokens[token] = account
+
+    def users(self) -> dict[str, str]:
+        """Each user's login -> token (the first token of each), in creation order."""
+        with self.lock:
+            found: dict[str, str] = {}
+            for token, account in self.tokens.items():
+                found.setdefault(account.login, token)
+            return found
 
     def login_for_token(self, token: str) -> str | None:
         """Return the login owning `token`, or None."""

@@ -6,6 +6,11 @@ own `updated_at` (in the timeline too) does. The timeline pages first and filter
 (Gitea's `ListIssueCommentsAndTimeline`: code review comments and cross-references from
 repos the caller cannot read are dropped), so a short page is not always the last; it sends
 no `Link` header and `X-Total-Count` counts the page.
+
+Deleting a comment (Gitea's `DeleteIssueComment` and `issues_model.DeleteComment`) drops
+its row: it leaves `/comments` and the timeline with no trace, the issue's `updated_at`
+stays, and hooks get `issue_comment` with `deleted`. Any timeline row can be deleted so
+(a label or close entry too), by its poster or by someone who may write the repo's issues.
 """
 
 from __future__ import annotations
@@ -58,6 +63,38 @@ class CommentsMixin(PullsMixin):
             changes = {"body": {"from": old}}
             self._notify_comment(comment, "edited", self._account(doer), changes)
             return comment.to_json(self.base_url)
+
+    def delete_comment(self, owner: str, name: str, comment_id: int, doer: str) -> None:
+        """Gitea's `deleteIssueComment`: NotFoundError for an unknown id, ForgeError 404
+        without a body for another repo's, 403 without a body unless `doer` posted it or may
+        write the repo; not guarded against archived repos (no `mustNotBeArchived`)."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            entry = self._timeline_row(comment_id)
+            if entry is None:
+                raise NotFoundError(f"comment does not exist [id: {comment_id}, issue_id: 0]")
+            if entry.issue.repo is not repo:
+                raise ForgeError(404, "", bare=True)
+            actor = self._account(doer)
+            if entry.user is not actor and not self.can_write(repo, actor.login):
+                raise ForgeError(403, "", bare=True)
+            if isinstance(entry, Event):
+                entry.issue.events.remove(entry)
+                return
+            entry.issue.comments.remove(entry)
+            repo.comments.pop(entry.id, None)
+            self._notify_comment(entry, "deleted", actor)
+
+    def _timeline_row(self, row_id: int) -> Comment | Event | None:
+        """The comment or event `row_id` of any repo (Gitea's `GetCommentByID`)."""
+        for repo in self.repos.values():
+            if row_id in repo.comments:
+                return repo.comments[row_id]
+            for issue in repo.issues.values():
+                for event in issue.events:
+                    if event.id == row_id:
+                        return event
+        return None
 
     def timeline(
         self,

@@ -1,5 +1,5 @@
-"""Repos of the sandbox forge after creation: rename (old names redirect), archive, label
-edits, and who may read a repo.
+"""Repos of the sandbox forge after creation: rename and transfer (old paths redirect),
+archive, label edits, and who may read or write a repo.
 
 Gitea keeps a `repo_redirect` row when a repo is renamed (`repo_model.NewRedirect`): every
 API request to the old `owner/name` is answered by `RedirectToRepo` with 307 Temporary
@@ -7,6 +7,11 @@ Redirect to the same path under the new name, whatever the method (very old rele
 answered with the framework's default, 302: `redirect_status` picks it). An archived repo
 refuses the writes Gitea guards with `mustNotBeArchived` (new issues, comments, comment
 edits, new and merged pull requests) with 423.
+
+A transfer (Gitea's `Transfer`, `reqOwner`) moves the repo to a new owner at once and
+answers 202 with it, as Gitea does for an admin or a move into an org; the old
+`owner/name` then redirects like a rename (`TransferOwnership` adds the same redirect row).
+Gitea's pending transfer to another user (201, accepted later) is not modelled.
 """
 
 from __future__ import annotations
@@ -51,12 +56,41 @@ class ReposMixin(StateBase):
             raise ForgeError(
                 422, f"repository already exists [uname: {repo.owner.login}, name: {new_name}]"
             )
-        old_key = (owner, repo.name.lower())
+        old_key, old_name = (owner, repo.name.lower()), repo.full_name
         del self.repos[old_key]
         repo.name = new_name
         self.repos[new_key] = repo
-        self.moved.pop(new_key, None)
+        self._redirect(old_key, old_name, repo)
+
+    def transfer_repo(self, owner: str, name: str, new_owner: str, doer: str) -> JSON:
+        """Move a repo to `new_owner`: 403 unless `doer` owns it (or it is an org's),
+        404 for an unknown new owner, 422 when the new owner has a repo of that name."""
+        with self.lock:
+            repo = self._repo(owner, name)
+            if not self.can_write(repo, doer):
+                raise ForgeError(403, "user should be the owner of the repo")
+            target = self.accounts.get(new_owner.lower())
+            if target is None:
+                raise ForgeError(404, "The new owner does not exist or cannot be found")
+            new_key = (target.login.lower(), repo.name.lower())
+            if new_key in self.repos and self.repos[new_key] is not repo:
+                raise ForgeError(
+                    422, f"repository already exists [uname: {target.login}, name: {repo.name}]"
+                )
+            old_key, old_name = (repo.owner.login.lower(), repo.name.lower()), repo.full_name
+            del self.repos[old_key]
+            self.owned[repo.owner.id].remove(repo)
+            repo.owner = target
+            self.repos[new_key] = repo
+            self.owned.setdefault(target.id, []).append(repo)
+            self._redirect(old_key, old_name, repo)
+            return repo.to_json(self.base_url)
+
+    def _redirect(self, old_key: tuple[str, str], old_name: str, repo: Repo) -> None:
+        """The old path of a moved repo redirects to it; its hooks go with it."""
+        self.moved.pop((repo.owner.login.lower(), repo.name.lower()), None)
         self.moved[old_key] = repo
+        self.hooks.rescope(f"repo:{old_name}", f"repo:{repo.full_name}")
 
     def moved_to(self, owner: str, name: str) -> str | None:
         """The current `owner/name` of a repo that `owner/name` used to name (None when it
@@ -79,6 +113,11 @@ class ReposMixin(StateBase):
         """Whether `login` may read `repo`: public, its own, or an org's (every user of
         the sandbox belongs to every org); a private repo of another user is hidden."""
         return not repo.private or repo.owner.is_org or repo.owner.login.lower() == login.lower()
+
+    def can_write(self, repo: Repo, login: str) -> bool:
+        """Whether `login` may write `repo` (its issues, or the repo as its owner): its
+        own, or an org's (every user of the sandbox belongs to every org)."""
+        return repo.owner.is_org or repo.owner.login.lower() == login.lower()
 
     def repos_of(self, uid: int | None) -> list[JSON]:
         """The repos owned by account `uid` (every repo without one), oldest first."""
