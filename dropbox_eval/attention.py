@@ -14,6 +14,9 @@ command that resolves it.
   longer runs (it stopped the service; the next start rewrites the file).
 - `inbox_missing`: the running service has waited more than INBOX_GRACE for its inbox
   folder (a share that never mounts; a short wait, such as a remount, resolves itself).
+- `storage`: the inbox or outbox is full (no block or no inode left), read-only or
+  refused, as its file system says now (storage.py; the state folder's own makes `check`
+  fail with one error line before this list).
 - `state_problem`: what the state check cannot repair (statecheck.py).
 
 Everything else (a delivery waiting out a backoff, a running batch within its window, what
@@ -26,8 +29,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from . import storage
 from .config import Settings
-from .errors import NotFoundError
+from .errors import NotFoundError, StorageUnavailable
 from .models import BatchRecord, BatchStatus, utcnow
 from .pause import Pause
 from .servicestate import running_status
@@ -87,7 +91,16 @@ def needs_a_person(
                 items.append(_overdue_item(batch, deadline, now, _holder(settings, status)))
     items.extend(workers_down(status or service_view(settings.state_path)))
     items.extend(inbox_missing(status, now))
+    items.extend(_storage_item(problem) for problem in storage.problems(settings))
     return items
+
+
+def _storage_item(problem: StorageUnavailable) -> Attention:
+    return Attention(
+        "storage",
+        str(problem),
+        "free space (or inodes) there, or make it writable again; the service resumes by itself",
+    )
 
 
 def inbox_missing(status: dict[str, Any] | None, now: datetime) -> list[Attention]:

@@ -55,6 +55,11 @@ def no_state(settings: Settings) -> NoState:
 def check_state_path(settings: Settings) -> None:
     """A one-line error when the state folder's path names something else."""
     path = settings.state_path
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(
+            f"SAAS_EVAL_STATE_DIR: {path} is a symlink to {os.readlink(path)}, which is "
+            "not there (a volume not mounted yet?)"
+        )
     if path.exists() and not path.is_dir():
         raise ConfigError(f"SAAS_EVAL_STATE_DIR: {path} is not a folder")
 

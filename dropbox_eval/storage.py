@@ -61,7 +61,7 @@ def probe(label: str, folder: Path, *, write: bool = False) -> StorageUnavailabl
         return storage_error(exc, folder, what=label)
     if info.f_flag & os.ST_RDONLY:
         return StorageUnavailable(errno.EROFS, folder, what=label)
-    if info.f_bavail == 0:
+    if info.f_bavail == 0 or (info.f_files and info.f_favail == 0):  # no block or no inode
         return StorageFull(errno.ENOSPC, folder, what=label)
     if not os.access(folder, os.W_OK | os.X_OK):
         return StorageUnavailable(errno.EACCES, folder, what=label)

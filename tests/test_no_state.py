@@ -86,3 +86,19 @@ def test_a_new_state_makes_its_inbox_only_inside_a_folder_that_is_there(tmp_path
     assert result.exit_code == 0, result.output
     assert (other / "state" / "batches").is_dir() and (other / "outbox").is_dir()
     assert not share.exists()  # neither the inbox nor its parent on the disk beneath
+
+
+def test_a_state_folder_that_is_a_dangling_symlink_is_a_setting_to_fix(tmp_path: Path) -> None:
+    """A state volume not mounted yet behind a symlink: one line naming it, exit 2 (systemd
+    does not restart the unit for it), nothing made through the link."""
+    home, volume = tmp_path / "home", tmp_path / "volume" / "state"
+    home.mkdir()
+    (home / "state").symlink_to(volume)
+    for args in (["clients", "add", "acme"], ["status"]):
+        result = CliRunner().invoke(main, ["--home", str(home), *args])
+        assert result.exit_code == 2, result.output
+        assert result.output.splitlines() == [
+            f"error: SAAS_EVAL_STATE_DIR: {home / 'state'} is a symlink to {volume}, which is "
+            "not there (a volume not mounted yet?)"
+        ]
+    assert not volume.parent.exists()

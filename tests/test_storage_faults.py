@@ -32,10 +32,17 @@ from test_retry import Home
 from dropbox_eval import storage
 from dropbox_eval.api import os_error_response
 from dropbox_eval.app import App, build_app
-from dropbox_eval.errors import EXIT_FAILED, EXIT_USAGE, StorageFull, storage_error
+from dropbox_eval.errors import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    StorageFull,
+    StorageUnavailable,
+    storage_error,
+)
 from dropbox_eval.fileio import write_atomically
 from dropbox_eval.logfilter import AUDIT, RepeatFilter
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.workers.guard import guarded
 
 MAX_TRACEBACKS = 10
 
@@ -376,6 +383,12 @@ def test_a_report_sent_but_not_recorded_is_not_sent_again_and_a_nearly_full_outb
         assert "no space left on device (ENOSPC)" in readiness(service.url)[1]["checks"]["storage"]
         assert metric(service.url, 'dropbox_eval_storage_writable{folder="outbox"}') == 0
         assert metric(service.url, 'dropbox_eval_storage_writable{folder="state"}') == 1
+        fill(small_outbox / "rest")  # quite full now: any process sees it, not the service alone
+        full = f"outbox {small_outbox}: no space left on device (ENOSPC)"
+        assert f"storage: {full}" in home.run("status").stdout
+        checked = home.run("check")
+        assert checked.returncode == 1 and f"needs a person: {full}" in checked.stdout
+        (small_outbox / "rest").unlink()
         nearly.unlink()  # its next try writes it (and clears the outbox's state)
 
         receiver.filler = tmpfs / "filler"  # the state disk fills as the report arrives
@@ -446,3 +459,22 @@ def test_a_visit_that_storage_refused_is_not_due_again_at_the_next_tick(
     assert not attempts.is_due(batch) and 0 < attempts.retry_in(batch) <= 1.0
     app.lifecycle.visit(batch_id, lambda: None)  # a visit that worked: due again
     assert attempts.is_due(app.store.get_batch(batch_id))
+
+
+def test_a_step_that_meets_a_read_only_folder_is_a_storage_warning_not_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An OSError no writer translated (a `mkdir` of `accepted/` in a read-only client
+    folder) still reaches the worker as the storage state it is."""
+    reported: list[Exception] = []
+
+    def step() -> None:
+        raise OSError(errno.EROFS, "Read-only file system", "accepted")
+
+    with caplog.at_level(logging.WARNING, logger="dropbox_eval"):
+        guarded("file inbox/acme/x.json", lambda _what, exc: reported.append(exc), step)
+    assert [type(error) for error in reported] == [StorageUnavailable]
+    assert [r.getMessage() for r in caplog.records] == [
+        "file inbox/acme/x.json: cannot write accepted: read-only file system (EROFS)"
+    ]
+    assert all(record.exc_info is None for record in caplog.records)

@@ -17,7 +17,10 @@ from conftest import PATIENCE, wait_for
 from test_pause import Running, _drop, _receipt
 from test_retry import Home
 
+from dropbox_eval.app import App
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.web.server import create_web
+from dropbox_eval.webserver import BackgroundServer
 from dropbox_eval.workers.supervisor import FAULT_ENV, RESTART_LIMIT
 
 
@@ -140,3 +143,17 @@ def test_a_worker_that_cannot_stay_up_stops_the_service_non_zero(home: Home) -> 
     assert home.run("run", "--once").returncode == 0  # a new start rewrites the record
     assert home.json("check")["attention"] == []
     assert "worker " not in home.run("status").stdout
+
+
+def test_an_inbox_whose_worker_is_down_is_not_watched(app: App) -> None:
+    """`/readyz` never says the inbox is watched while its worker restarts or failed."""
+    worker = {"restarts": 3, "last_error": "boom", "detail": None, "since": "-"}
+    status = {"workers": {"inbox-worker": worker | {"state": "restarting"}}}
+    server = BackgroundServer(create_web(app, lambda: status))
+    try:
+        answer = requests.get(f"{server.start()}/readyz", timeout=PATIENCE)
+    finally:
+        server.stop()
+    assert answer.status_code == 503
+    assert answer.json()["checks"]["inbox"] == "not watched: inbox-worker restarting"
+    assert answer.json()["checks"]["workers"].startswith("inbox-worker restarting")

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from .. import storage
 from ..errors import EXIT_NOT_RUNNING, EXIT_OK
 from ..names import is_reserved_client_id, rename_advice
 from ..sftp.status import sftp_status
@@ -28,6 +29,7 @@ def status(obj: Context, as_json: bool) -> None:
         record = views.service()
         record["batches"] = views.count()  # the index alone, whatever the history
         record["sftp"] = sftp_status(views.store.state_dir)
+        record["storage"] = [str(problem) for problem in storage.problems(obj.settings())]
         record["reserved_clients"] = [  # stored before their id was reserved (names.py)
             {"client_id": c["client_id"], "available": c["available"]}
             for c in views.clients()
@@ -54,6 +56,8 @@ def _print_status(record: dict[str, Any]) -> None:
     click.echo(f"last error: {record.get('last_error') or '-'}")
     for name, worker in sorted((record.get("workers") or {}).items()):  # stopped: one failed
         click.echo(_worker_line(name, worker))
+    for problem in record["storage"]:  # the state folder's own makes `status` fail
+        click.echo(f"storage: {problem} (it resumes by itself once space or writes return)")
     problems = record.get("state_problems") or []
     click.echo(
         f"state: {len(problems)} problem(s) to look at (`dropbox-eval check`)"

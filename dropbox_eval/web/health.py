@@ -106,7 +106,10 @@ class Health:
         if status is None:
             return {"inbox": "no service is watching the inbox", "workers": "no service runs"}
         workers: dict[str, dict[str, Any]] = status.get("workers") or {}
-        waiting = workers.get("inbox-worker", {}).get("detail")
+        inbox_worker = workers.get("inbox-worker", {})
+        waiting = inbox_worker.get("detail")
+        if waiting is None and inbox_worker.get("state") in ("restarting", "failed"):
+            waiting = f"not watched: inbox-worker {inbox_worker['state']}"
         down = [
             f"{name} {state['state']} (restarts {state['restarts']}, last error: "
             f"{state['last_error']})"

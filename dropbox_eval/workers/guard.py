@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import DeliveryError, DropboxEvalError
+from ..errors import DeliveryError, DropboxEvalError, storage_error
 
 log = logging.getLogger("dropbox_eval")
 TICK_SECONDS = 1.0
@@ -24,6 +24,14 @@ def guarded(what: str, report: Report, step: Callable[..., Any], *args: Any) -> 
     except DropboxEvalError as exc:
         log.warning("%s: %s", what, exc)
         report(what, exc)
+    except OSError as exc:
+        storage = storage_error(exc)  # a full or read-only folder met where none translated it
+        if storage is None:
+            log.exception("%s: unexpected error", what)
+            report(what, exc)
+        else:
+            log.warning("%s: %s", what, storage)
+            report(what, storage)
     except Exception as exc:  # noqa: BLE001 - a worker must survive any single step
         log.exception("%s: unexpected error", what)
         report(what, exc)
