@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+log = logging.getLogger("dropbox_eval")
 
 
 class Alarm:
@@ -54,4 +57,4 @@ class Alarm:
             try:
                 call()
             except Exception:  # noqa: BLE001 - one failed call must not stop the others
-                continue
+                log.exception("timed call failed (the next poll cycle is the backstop)")

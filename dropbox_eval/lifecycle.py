@@ -76,6 +76,13 @@ class Lifecycle(UsesForge):
     def visit(self, batch_id: str, step: Callable[..., T], *args: Any) -> T | None:
         """Run one try of forge work for a batch; a failure is stored on the batch, and a
         permanent or endlessly repeated one ends it `failed`. None when the step failed."""
+        try:  # storing the outcome can meet the full disk too: the next visit waits then
+            return self._visit(batch_id, step, *args)
+        except StorageUnavailable:
+            self.attempts.storage_refused(batch_id)
+            raise
+
+    def _visit(self, batch_id: str, step: Callable[..., T], *args: Any) -> T | None:
         try:
             result = step(*args)
         except ForgeError as exc:
@@ -88,9 +95,6 @@ class Lifecycle(UsesForge):
             if failure is not None:
                 self.fail(batch_id, failure)
             return None
-        except StorageUnavailable:  # nothing can be stored: the next visit waits here
-            self.attempts.storage_refused(batch_id)
-            raise
         self.attempts.succeeded(self.store.get_batch(batch_id))
         return result
 
@@ -121,6 +125,8 @@ class Lifecycle(UsesForge):
         if batch.status != BatchStatus.RUNNING or self.paused() is not None:
             return False
         overdue = batch.deadline is not None and batch.deadline <= utcnow()
+        if not self.attempts.storage_waits.ready(batch_id):  # storage refused its last try
+            return False
         if batch.cancel_requested and (overdue or self.attempts.is_due(batch)):
             status = BatchStatus.CANCELLED
         elif overdue:

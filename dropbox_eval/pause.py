@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .errors import storage_errors
 from .fileio import write_json
 from .timestamps import now
 
@@ -68,7 +69,8 @@ class Pause:
         with self._lock:
             record = self.record()
             try:
-                self.path.unlink()
+                with storage_errors(self.path, what="cannot remove"):
+                    self.path.unlink()
             except FileNotFoundError:
                 pass
             except IsADirectoryError:  # an operator's `mkdir paused.json` pauses too

@@ -263,6 +263,9 @@ class Service:
                 exc,
             )
             self._report("webhook registration", exc)
+        except Exception as exc:  # noqa: BLE001 - its thread must not die with a bare traceback
+            log.exception("could not register the forge webhook; rely on polling")
+            self._report("webhook registration", exc)
 
     def _cycled(self) -> None:
         self._set_status(last_poll_at=_now(), cycles=self.forge.cycles)

@@ -18,6 +18,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,11 +36,13 @@ from dropbox_eval.app import App, build_app
 from dropbox_eval.errors import (
     EXIT_FAILED,
     EXIT_USAGE,
+    ForgeRetryable,
     StorageFull,
     StorageUnavailable,
     storage_error,
 )
 from dropbox_eval.fileio import write_atomically
+from dropbox_eval.inbox.sweep import StaleUploads
 from dropbox_eval.logfilter import AUDIT, RepeatFilter
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.workers.guard import guarded
@@ -478,3 +481,43 @@ def test_a_step_that_meets_a_read_only_folder_is_a_storage_warning_not_a_traceba
         "file inbox/acme/x.json: cannot write accepted: read-only file system (EROFS)"
     ]
     assert all(record.exc_info is None for record in caplog.records)
+
+
+def test_a_forge_error_that_cannot_be_stored_waits_too(tmpfs: Path, forge: SandboxForge) -> None:
+    """The disk fills between a forge error and its record: the batch waits all the same
+    (no stored instant could say so), instead of being tried again at once, forever."""
+    app = build_app(settings_on(forge, tmpfs))
+    app.billing.add_client("acme", 10)
+    batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
+
+    def forge_down() -> None:
+        raise ForgeRetryable("the forge answered 503", 503)
+
+    fill(tmpfs / "filler")
+    try:
+        with pytest.raises(StorageFull):
+            app.lifecycle.visit(batch_id, forge_down)
+        batch = app.store.get_batch(batch_id)
+        assert batch.attempts == 0  # the failed visit could not be stored
+        assert not app.lifecycle.attempts.is_due(batch)
+    finally:
+        (tmpfs / "filler").unlink()
+
+
+def test_a_stale_upload_that_cannot_be_removed_is_said_and_the_sweep_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox = tmp_path / "inbox"
+    (inbox / "acme").mkdir(parents=True)
+    for name in ("a.json.part", "b.json.part"):
+        (inbox / "acme" / name).write_text("{")
+    subprocess.run(["mount", "--bind", str(inbox), str(inbox)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(inbox)], check=True)
+        with caplog.at_level(logging.WARNING, logger="dropbox_eval"):
+            removed = StaleUploads(inbox, 1.0, clock=lambda: time.time() + 60).sweep()
+    finally:
+        subprocess.run(["umount", "-l", str(inbox)], check=False)
+    assert removed == []
+    left = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stale upload")]
+    assert len(left) == 2 and all("read-only file system (EROFS)" in line for line in left)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import storage_error
 from .scan import dropped_entries, is_candidate_name
 
 log = logging.getLogger("dropbox_eval")
@@ -91,5 +92,8 @@ def _remove_if_same(path: Path, seen: os.stat_result) -> bool:
     try:
         path.unlink()
     except FileNotFoundError:
+        return False
+    except OSError as exc:  # a read-only or refused folder: said, and the sweep goes on
+        log.warning("stale upload %s left: %s", path, storage_error(exc, path) or exc)
         return False
     return True

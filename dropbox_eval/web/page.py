@@ -119,7 +119,10 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         refused = await door.refusal(request)
         if refused is not None:
             return refused
-        note = await run_in_threadpool(action)
+        try:
+            note = await run_in_threadpool(action)
+        except DropboxEvalError as exc:  # a full or read-only state, say: a note, as others
+            note = f"not done: {exc}"
         return door.done(request, note, where)
 
     @api.post("/operator/batches/{batch_id}/retry", include_in_schema=False)

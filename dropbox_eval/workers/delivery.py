@@ -3,15 +3,19 @@ delivery per callback host at a time, so a receiver that never answers holds one
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future
 from typing import Any
 
 from ..app import App
 from ..delivery import destination
+from ..errors import StorageUnavailable
 from ..keyedpool import KeyedPool
-from ..models import BatchStatus
+from ..models import BatchRecord, BatchStatus
 from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
+
+log = logging.getLogger("dropbox_eval")
 
 
 class DeliveryWorker:
@@ -45,8 +49,8 @@ class DeliveryWorker:
             if row["status"] == BatchStatus.RUNNING or self.stop.is_set():
                 continue
             batch = self.app.store.get_batch(str(row["batch_id"]))
-            if batch.emitted_at is not None:  # a crash came between emit and archiving
-                self.app.store.archive(batch)
+            if batch.emitted_at is not None:  # a crash or a full disk came before archiving
+                self._archive(batch)
                 continue
             if not self.app.delivery.is_due(batch):
                 continue
@@ -56,6 +60,25 @@ class DeliveryWorker:
             if future is not None:
                 started.append(future)
         return started
+
+    def _archive(self, batch: BatchRecord) -> None:
+        """Archive an emitted batch; one that storage refuses waits (the others go on)."""
+        waits = self.app.delivery.storage_waits
+        if not waits.ready(batch.batch_id):
+            return
+        try:
+            self.app.store.archive(batch)
+        except StorageUnavailable as exc:
+            tries, wait = waits.failed(batch.batch_id)
+            log.warning(
+                "batch %s: emitted, not archived yet (try %d; again in %.0f s): %s",
+                batch.batch_id,
+                tries,
+                wait,
+                exc,
+            )
+            return
+        waits.succeeded(batch.batch_id)
 
     def _deliver(self, batch_id: str) -> None:
         guarded(f"batch {batch_id}", self.report, self.app.delivery.deliver_due, batch_id)

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..app import App
-from ..errors import ForgeError
+from ..errors import ForgeError, StorageUnavailable
 from ..keyedpool import KeyedPool
 from ..models import BatchStatus
 from ..scheduler import on_behalf_of
@@ -129,7 +129,11 @@ class ForgeWorker:
         failing: list[str] = []  # batches whose earlier visits failed: reset once this works
         for batch_id in batch_ids:
             batch = store.get_batch(batch_id)
-            if lifecycle.end_if_due(batch_id, batch):
+            try:
+                if lifecycle.end_if_due(batch_id, batch):
+                    continue
+            except StorageUnavailable as exc:  # it waits (lifecycle.visit); the others go on
+                log.warning("batch %s: not ended yet: %s", batch_id, exc)
                 continue
             if batch.status != BatchStatus.RUNNING or not lifecycle.attempts.is_due(batch):
                 continue
@@ -153,6 +157,10 @@ class ForgeWorker:
         except ForgeError as exc:
             for batch_id in to_poll:  # the listing is shared: each batch counts the visit
                 lifecycle.visit(batch_id, _raise, exc)
+        except StorageUnavailable:  # its results could not be stored: each batch waits
+            for batch_id in to_poll:
+                lifecycle.attempts.storage_refused(batch_id)
+            raise
         else:  # no batch read again when none had failed (the common, idle case)
             for batch_id in failing:
                 lifecycle.attempts.succeeded(store.get_batch(batch_id))
