@@ -184,7 +184,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": (
         "service",
         "Run the sandbox forge (Gitea API subset + simulated lane) alone; prints the "
-        "settings that point the service at it.",
+        "settings that point the service at it, and the tokens of the lane and of a human "
+        "user.",
     ),
     "schema": (
         "validate",
