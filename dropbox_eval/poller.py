@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import copy_context
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -26,7 +24,7 @@ from .forge import ForgeIssue, GiteaClient, UsesForge
 from .models import BatchRecord, BatchStatus, TaskRecord, utcnow
 from .opentasks import OpenTasks, Owner
 from .ports import Closing
-from .reading import ResultReader, gone
+from .reading import ResultReader, gone, read_each
 from .repomoves import follow_moves
 from .store import Store
 
@@ -37,7 +35,6 @@ log = logging.getLogger("dropbox_eval")
 SINCE_OVERLAP = timedelta(seconds=1)
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
 COUNT_SKEW = timedelta(seconds=3)
-READERS = 16  # closed issues of one repo read at once, at most
 ALARM_MARGIN = 0.3  # after a settle window's end: the forge's Date has whole seconds
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
 Counted = tuple[int, "datetime | None"]  # a repo's open issues, the forge time of the count
@@ -260,7 +257,8 @@ class Poller(UsesForge):
             else:
                 continue
             calls += 1
-        for (owner, number, _), change in zip(reads, self._read_each(reads, calls), strict=True):
+        changes = read_each(self.gitea, [one[2] for one in reads], calls)
+        for (owner, number, _), change in zip(reads, changes, strict=True):
             if isinstance(change, ForgeError):
                 log.warning(
                     "batch %s: result of issue #%d unreadable, retried next cycle: %s",
@@ -271,26 +269,6 @@ class Poller(UsesForge):
                 unread.add(owner[0].batch_id)
             elif change is not None:
                 yield owner, change
-
-    def _read_each(self, reads: list[_Read], calls: int) -> list[Change | ForgeError]:
-        """Each issue's change, or the forge error that delays that issue only (a per-issue
-        read never fails the visit of the others). Read in parallel when `calls` of them
-        ask the forge: each read waits its client's turn at the scheduler, so the budget
-        bounds them, not this pool."""
-        listed_at = self.gitea.listed_at  # the listing's forge time, for every reader
-
-        def read(one: _Read) -> Change | ForgeError:
-            self.gitea.listed_at = listed_at
-            try:
-                return one[2]()
-            except ForgeError as exc:
-                return exc
-
-        if calls <= 1:
-            return [read(one) for one in reads]
-        with ThreadPoolExecutor(min(calls, READERS), thread_name_prefix="read") as pool:
-            context = copy_context()
-            return list(pool.map(lambda one: context.copy().run(read, one), reads))
 
     def _check_unseen(self, repo: str, task: TaskRecord) -> dict[str, Any] | None:
         try:
