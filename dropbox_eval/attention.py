@@ -34,14 +34,13 @@ from .config import Settings
 from .errors import NotFoundError, StorageUnavailable
 from .models import BatchRecord, BatchStatus, utcnow
 from .pause import Pause
-from .servicestate import running_status
+from .servicestate import WORKER_DOWN, running_status
 from .statecheck import Finding, stranded
 from .store import Store
 from .timestamps import age, parse, rfc3339
 from .views.batches import delivery_state
 from .views.service import service_view
 
-WORKER_DOWN = frozenset({"restarting", "failed"})
 START_SERVICE = "start the service: dropbox-eval run (systemd: systemctl restart dropbox-eval)"
 GRACE_POLLS = 10
 GRACE_FLOOR = timedelta(minutes=10)
@@ -82,13 +81,15 @@ def needs_a_person(
     now = now or utcnow()
     status = running_status(settings.state_path)  # None: no service runs
     items = [_state_problem(finding) for finding in findings if not finding.repairable]
+    holder: tuple[str, str] | None = None  # why overdue batches still run: the same for all
     for batch in _live_batches(store):
         if _given_up(batch, settings.delivery_max_attempts):
             items.append(_given_up_item(batch))
         elif batch.status == BatchStatus.RUNNING:
             deadline = _deadline(batch, settings)
             if deadline + overdue_grace(settings) <= now:
-                items.append(_overdue_item(batch, deadline, now, _holder(settings, status)))
+                holder = holder or _holder(settings, status)
+                items.append(_overdue_item(batch, deadline, now, holder))
     items.extend(workers_down(status or service_view(settings.state_path)))
     items.extend(inbox_missing(status, now))
     items.extend(_storage_item(problem) for problem in storage.problems(settings))

@@ -115,9 +115,7 @@ class _PinnedHTTPConnection(HTTPConnection):
 
     def connect(self) -> None:
         super().connect()
-        _check_peer(self)
-        if self.deadline is not None:
-            self.deadline.watch(self.sock)
+        _connected(self, self.deadline)
 
 
 class _PinnedHTTPSConnection(HTTPSConnection):
@@ -127,18 +125,20 @@ class _PinnedHTTPSConnection(HTTPSConnection):
 
     def connect(self) -> None:
         super().connect()
-        _check_peer(self)
-        if self.deadline is not None:
-            self.deadline.watch(self.sock)
+        _connected(self, self.deadline)
 
 
-def _check_peer(connection: HTTPConnection) -> None:
+def _connected(connection: HTTPConnection, deadline: Deadline | None) -> None:
+    """A new connection: its peer must be the checked address; its socket ends at the
+    exchange's deadline."""
     peer = str(connection.sock.getpeername()[0]) if connection.sock else ""
     if ipaddress.ip_address(peer.split("%")[0]) != ipaddress.ip_address(connection.host):
         connection.close()
         raise NewConnectionError(
             connection, f"connected to {peer}, not the checked {connection.host}"
         )
+    if deadline is not None:
+        deadline.watch(connection.sock)
 
 
 class _Deadlined:

@@ -13,6 +13,8 @@ from filelock import FileLock
 from .errors import AlreadyRunning
 from .locks import held_elsewhere
 
+WORKER_DOWN = frozenset({"restarting", "failed"})  # a worker's states that need a look
+
 
 def already_running(state_dir: Path) -> AlreadyRunning:
     """The error for a state folder whose lock another service holds."""
@@ -34,9 +36,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
 
 def service_running(state_dir: Path) -> bool:
     """Whether a service holds the state folder's lock (creates no file when none ran)."""
-    if not (state_dir / "service.lock").exists():
-        return False
-    return bool(read_status(state_dir)["running"])
+    return running_status(state_dir) is not None
 
 
 def running_status(state_dir: Path) -> dict[str, Any] | None:

@@ -23,10 +23,10 @@ log = logging.getLogger("dropbox_eval")
 def open_state(settings: Settings) -> Store:
     """The store opened read-only, for commands that only look: creates nothing, and says
     where it looked when there is no state there (NoState, exit 2)."""
-    require_state(settings)
+    check_state_path(settings)
     try:
         return Store(settings.state_path, read_only=True)
-    except NoState:  # removed in between
+    except NoState:
         raise no_state(settings) from None
 
 
@@ -34,13 +34,6 @@ def has_state(path: Path) -> bool:
     """Whether `path` holds a state: its `batches/` folder (what Store(read_only=True)
     looks for). An empty folder, such as a mount point not mounted yet, holds none."""
     return (path / "batches").is_dir()
-
-
-def require_state(settings: Settings) -> None:
-    """NoState (one line, exit 2) unless the state folder holds a state."""
-    check_state_path(settings)
-    if not has_state(settings.state_path):
-        raise no_state(settings)
 
 
 def no_state(settings: Settings) -> NoState:

@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+import requests
 from click.testing import CliRunner, Result
 from fastapi import FastAPI
 
@@ -160,6 +161,20 @@ def wait_for(predicate: Callable[[], bool], timeout: float = PATIENCE) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+def readiness(url: str) -> tuple[int, dict[str, Any]]:
+    """`/readyz` of the server at `url`: its status code and document."""
+    answer = requests.get(f"{url}/readyz", timeout=PATIENCE)
+    return answer.status_code, answer.json()
+
+
+def metric(url: str, series: str) -> float | None:
+    """The value of the `/metrics` sample whose name and labels are `series`, or None."""
+    for sample in requests.get(f"{url}/metrics", timeout=PATIENCE).text.splitlines():
+        if sample.startswith(f"{series} "):
+            return float(sample.split()[-1])
+    return None
 
 
 def read_json(path: Path) -> Any:

@@ -71,13 +71,17 @@ class Home:
         assert batch["status"] == "failed", batch
         return str(receipt["batch_id"])
 
-    def finish(self, batch_id: str, verdicts: dict[int, str] | None = None) -> None:
-        """The lane closes the batch's open issues (`eval-pass` unless `verdicts` says)."""
+    def finish(
+        self, batch_id: str, verdicts: dict[int, str] | None = None, comment: str = "ok"
+    ) -> None:
+        """The lane closes the batch's open issues (`eval-pass` unless `verdicts` says),
+        each with `comment`."""
         owner, name = self.json("batch", batch_id)["repo"].split("/")
         for issue in self.forge.issues(owner, name):
             if issue["state"] == "open":
                 label = (verdicts or {}).get(issue["number"], "eval-pass")
-                self.forge.finish_issue(owner, name, issue["number"], comment="ok", labels=[label])
+                number = issue["number"]
+                self.forge.finish_issue(owner, name, number, comment=comment, labels=[label])
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import PATIENCE, read_json, settings_on, tasks, wait_for
+from conftest import PATIENCE, metric, read_json, readiness, settings_on, tasks, wait_for
 from test_pause import Running
 from test_retry import Home
 
@@ -96,11 +96,6 @@ def post(url: str, key: str, ref: str, count: int = 1, **fields: str) -> request
         headers={"Authorization": f"Bearer {key}"},
         timeout=PATIENCE,
     )
-
-
-def readiness(url: str) -> tuple[int, dict[str, Any]]:
-    answer = requests.get(f"{url}/readyz", timeout=PATIENCE)
-    return answer.status_code, answer.json()
 
 
 def one_error_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -343,22 +338,6 @@ def small_outbox(tmpfs: Path) -> Iterator[Path]:
         yield folder
 
 
-def metric(url: str, line: str) -> float | None:
-    """The value of the /metrics sample whose name and labels are `line`."""
-    for sample in requests.get(f"{url}/metrics", timeout=PATIENCE).text.splitlines():
-        if sample.startswith(f"{line} "):
-            return float(sample.split()[-1])
-    return None
-
-
-def finish_with_long_summaries(home: Home, batch_id: str) -> None:
-    """The lane passes each task of the batch with a summary of 2000 characters."""
-    owner, name = home.json("batch", batch_id)["repo"].split("/")
-    summary = f"<!-- controller:fingerprint:x -->\n{'long ' * 400}"
-    for issue in home.forge.issues(owner, name):
-        home.forge.finish_issue(owner, name, issue["number"], comment=summary, labels=["eval-pass"])
-
-
 @pytest.mark.slow
 def test_a_report_sent_but_not_recorded_is_not_sent_again_and_a_nearly_full_outbox_is_named(
     tmpfs: Path, small_outbox: Path, forge: SandboxForge
@@ -375,7 +354,8 @@ def test_a_report_sent_but_not_recorded_is_not_sent_again_and_a_nearly_full_outb
         fill(nearly)
         with nearly.open("r+b") as handle:  # one block left: a probe fits, no report does
             handle.truncate(handle.seek(0, os.SEEK_END) - 4096)
-        finish_with_long_summaries(home, filed)  # a report of more than one block
+        long_summary = f"<!-- controller:fingerprint:x -->\n{'long ' * 400}"
+        home.finish(filed, comment=long_summary)  # a report of more than one block
         outbox = f"outbox {small_outbox}: cannot write {small_outbox / f'{filed}.json'}"
 
         def outbox_named() -> bool:

@@ -6,14 +6,13 @@ the service with a non-zero exit, for systemd to restart it."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from conftest import PATIENCE, wait_for
+from conftest import PATIENCE, metric, readiness, wait_for
 from test_pause import Running, _drop, _receipt
 from test_retry import Home
 
@@ -30,8 +29,8 @@ def home(tmp_path: Path, forge: SandboxForge) -> Home:
 
 
 def _readyz(service: Running) -> tuple[int, dict[str, str]]:
-    answer = requests.get(f"{service.url}/readyz", timeout=PATIENCE)
-    return answer.status_code, answer.json()["checks"]
+    code, body = readiness(service.url)
+    return code, body["checks"]
 
 
 def _worker(home: Home, name: str) -> dict[str, Any]:
@@ -55,7 +54,7 @@ def test_an_inbox_not_mounted_yet_is_waited_for_and_taken_once_there(home: Home)
     service = Running(home)
     try:
         assert wait_for(lambda: _inbox_check_is(service, f"inbox {share}: missing"))
-        assert wait_for(lambda: _gauge(service, "dropbox_eval_inbox_watched") == 0)
+        assert wait_for(lambda: metric(service.url, "dropbox_eval_inbox_watched") == 0)
         assert _metric(service, "dropbox_eval_worker_up", "inbox-worker") == 1  # waiting
         waiting = _worker(home, "inbox-worker")
         assert waiting["state"] == "waiting" and waiting["detail"] == f"inbox {share}: missing"
@@ -64,7 +63,7 @@ def test_an_inbox_not_mounted_yet_is_waited_for_and_taken_once_there(home: Home)
         _drop(home, "first.json")
         assert wait_for(lambda: _receipt(home, "first.json").exists())
         assert wait_for(lambda: _inbox_check_is(service, "ok"))
-        assert wait_for(lambda: _gauge(service, "dropbox_eval_inbox_watched") == 1)
+        assert wait_for(lambda: metric(service.url, "dropbox_eval_inbox_watched") == 1)
         shutil.rmtree(share)  # removed, then made again
         assert wait_for(lambda: _inbox_check_is(service, f"inbox {share}: missing"))
         share.mkdir()
@@ -80,13 +79,7 @@ def test_an_inbox_not_mounted_yet_is_waited_for_and_taken_once_there(home: Home)
 
 
 def _metric(service: Running, name: str, worker: str) -> float | None:
-    return _gauge(service, f'{name}{{worker="{worker}"}}')
-
-
-def _gauge(service: Running, series: str) -> float | None:
-    text = requests.get(f"{service.url}/metrics", timeout=PATIENCE).text
-    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else None
+    return metric(service.url, f'{name}{{worker="{worker}"}}')
 
 
 def test_a_worker_whose_loop_raises_is_restarted_shown_and_counted(home: Home) -> None:

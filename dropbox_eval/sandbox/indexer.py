@@ -21,15 +21,10 @@ from .timeline import entries
 class Indexed:
     """The fields of an issue that a search matches, as the index holds them."""
 
-    issue: Issue
+    is_pull: bool
     closed: float | None
     labels: frozenset[int]
     updated: float
-
-    @property
-    def is_pull(self) -> bool:
-        """True for a pull request."""
-        return self.issue.is_pull
 
 
 def indexed(issue: Issue, horizon: float) -> Indexed | Issue | None:
@@ -48,7 +43,7 @@ def indexed(issue: Issue, horizon: float) -> Indexed | Issue | None:
         updated = max(updated, entry.created)
         if isinstance(entry, Event):
             closed, labels = _replay(entry, closed, labels)
-    return Indexed(issue, closed, frozenset(labels), updated)
+    return Indexed(issue.is_pull, closed, frozenset(labels), updated)
 
 
 def _replay(event: Event, closed: float | None, labels: set[int]) -> tuple[float | None, set[int]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import storage
 from ..errors import DropboxEvalError, storage_error
-from ..servicestate import read_status
+from ..servicestate import WORKER_DOWN, read_status
 
 if TYPE_CHECKING:
     from ..app import App
@@ -108,13 +108,13 @@ class Health:
         workers: dict[str, dict[str, Any]] = status.get("workers") or {}
         inbox_worker = workers.get("inbox-worker", {})
         waiting = inbox_worker.get("detail")
-        if waiting is None and inbox_worker.get("state") in ("restarting", "failed"):
+        if waiting is None and inbox_worker.get("state") in WORKER_DOWN:
             waiting = f"not watched: inbox-worker {inbox_worker['state']}"
         down = [
             f"{name} {state['state']} (restarts {state['restarts']}, last error: "
             f"{state['last_error']})"
             for name, state in sorted(workers.items())
-            if state["state"] in ("restarting", "failed")
+            if state["state"] in WORKER_DOWN
         ]
         return {"inbox": waiting or "ok", "workers": "; ".join(down) or "ok"}
 

@@ -24,15 +24,13 @@ def guarded(what: str, report: Report, step: Callable[..., Any], *args: Any) -> 
     except DropboxEvalError as exc:
         log.warning("%s: %s", what, exc)
         report(what, exc)
-    except OSError as exc:
-        storage = storage_error(exc)  # a full or read-only folder met where none translated it
+    except Exception as exc:  # noqa: BLE001 - a worker must survive any single step
+        # a full or read-only folder met where no writer translated it is a storage state
+        storage = storage_error(exc) if isinstance(exc, OSError) else None
         if storage is None:
             log.exception("%s: unexpected error", what)
             report(what, exc)
         else:
             log.warning("%s: %s", what, storage)
             report(what, storage)
-    except Exception as exc:  # noqa: BLE001 - a worker must survive any single step
-        log.exception("%s: unexpected error", what)
-        report(what, exc)
     return None

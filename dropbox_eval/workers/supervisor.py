@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -69,18 +68,9 @@ class WorkerState:
 class Supervisor:
     """Starts each worker on its own thread and keeps it up; thread-safe."""
 
-    def __init__(
-        self,
-        stop: threading.Event,
-        *,
-        on_restart: Callable[[str], None] | None = None,
-        first_delay: float = BACKOFF_FIRST_SECONDS,
-    ) -> None:
-        """`stop` ends every worker (and is set when one gives up); `on_restart(name)` is
-        told of each restart (the metric)."""
+    def __init__(self, stop: threading.Event) -> None:
+        """`stop` ends every worker (and is set when one gives up)."""
         self.stop = stop
-        self.on_restart = on_restart
-        self.first_delay = first_delay
         self.failed: str | None = None  # why the service must exit non-zero
         self._workers: dict[str, Worker] = {}
         self._states: dict[str, WorkerState] = {}
@@ -120,13 +110,9 @@ class Supervisor:
                     state.state, state.detail = wanted, details[name]
             return {name: state.as_dict() for name, state in self._states.items()}
 
-    def down(self) -> dict[str, dict[str, Any]]:
-        """The workers that are not doing their work: restarting or failed."""
-        return {n: s for n, s in self.states().items() if s["state"] in ("restarting", "failed")}
-
     def _keep(self, name: str) -> None:
         worker = self._workers[name]
-        delay = self.first_delay
+        delay = BACKOFF_FIRST_SECONDS
         failures: deque[float] = deque()
         while not self.stop.is_set():
             started = time.monotonic()
@@ -143,7 +129,7 @@ class Supervisor:
                 error = f"{utcnow().isoformat()} {cause}"
             now = time.monotonic()
             if now - started >= BACKOFF_CAP_SECONDS:  # it stayed up: a new failure, not a loop
-                delay = self.first_delay
+                delay = BACKOFF_FIRST_SECONDS
             failures.append(now)
             while failures and now - failures[0] > RESTART_WINDOW_SECONDS:
                 failures.popleft()
@@ -157,8 +143,6 @@ class Supervisor:
                 break
             with self._lock:
                 self._states[name].restarts += 1
-            if self.on_restart is not None:
-                self.on_restart(name)
             delay = min(BACKOFF_CAP_SECONDS, delay * 2)
         self._update(name, state="stopped", detail=None)
 
