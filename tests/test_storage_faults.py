@@ -189,6 +189,11 @@ def test_commands_on_a_read_only_or_missing_state_folder_say_one_line(
     home = Home(tmpfs, forge)
     assert home.run("clients", "add", "acme", "--credits", "10").returncode == 0
     service = Running(home)
+
+    def inbox_worker_state() -> str | None:
+        return home.json("status").get("workers", {}).get("inbox-worker", {}).get("state")
+
+    assert wait_for(lambda: inbox_worker_state() == "running")  # written before read-only
     state = tmpfs / "state"  # read-only from now on for every new open (the service's
     subprocess.run(["mount", "--bind", str(state), str(state)], check=True)  # open locks
     subprocess.run(["mount", "-o", "remount,bind,ro", str(state)], check=True)  # stay)

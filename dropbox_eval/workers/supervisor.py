@@ -84,8 +84,11 @@ class Supervisor:
         self._states[name] = WorkerState()
 
     def start(self) -> None:
-        """One thread per worker, each running its worker until the stop event."""
+        """One thread per worker, each running its worker until the stop event. Each is
+        `running` from here: the status written next must not say `starting` until a
+        later write (a state folder that turned read-only meanwhile keeps that one)."""
         for name in self._workers:
+            self._update(name, state="running")
             thread = threading.Thread(target=self._keep, args=(name,), name=name)
             self._threads.append(thread)
             thread.start()
