@@ -79,6 +79,12 @@ class ForgeUser(BaseModel):
     login: str = ""
 
 
+class ForgeEntryLabel(BaseModel):
+    """`label` of a timeline `label` entry (null when the label was deleted since)."""
+
+    name: str = ""
+
+
 class ForgeTimelineEntry(BaseModel):
     """One entry of an issue's timeline (Gitea's `TimelineComment`): `comment`, `label`,
     `pull_ref`, `close`, `reopen`, ... (unknown types are kept and ignored). `updated_at`
@@ -94,6 +100,7 @@ class ForgeTimelineEntry(BaseModel):
     ref_action: str | None = "none"
     ref_commit_sha: str | None = ""
     ref_issue: ForgeRefIssue | None = None
+    label: ForgeEntryLabel | None = None  # a `label` entry's label; body "1" added, "" removed
 
     @property
     def login(self) -> str:

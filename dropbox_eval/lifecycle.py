@@ -205,7 +205,7 @@ class Lifecycle(UsesForge):
             t.task_id: self.read_now(batch.repo, t) for t in open_tasks if t.settling
         }
         self.store.update_tasks(batch_id, closed_by_lane)  # their issues are closed already
-        open_tasks = [t for t in open_tasks if t.task_id not in closed_by_lane]
+        open_tasks = [t for t in open_tasks if "status" not in closed_by_lane.get(t.task_id, {})]
         if not open_tasks:
             return
         label_id = self.gitea.ensure_label(batch.repo, f"eval-{status}", "cccccc")

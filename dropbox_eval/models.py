@@ -218,6 +218,8 @@ class TaskResult(BaseModel):
     summary: str = ""
     details: Any = None
     pull_request: PullRequestRef | None = None
+    # the summary comment was edited after the settle moment: its body then is unknown
+    summary_edited_after_settle: bool = False
 
 
 class Settling(BaseModel):
@@ -329,6 +331,11 @@ class ReportResult(BaseModel):
     issue_url: str | None
     details: Any = None
     pull_request: PullRequestRef | None = None
+    summary_edited_after_settle: bool = Field(
+        default=False,
+        description="The lane's comment was edited after the settle moment: the summary and "
+        "details are its body as read, not as it stood then (present only when true).",
+    )
 
 
 class Report(BaseModel):

@@ -1,9 +1,10 @@
 """Poller: closed issues -> task results, one paged listing per repo for all its batches.
 
 Each listed issue goes to the `ResultReader` (reading.py), which reads a closed issue's
-result and keeps it `settling` until nothing changed for `settle_seconds`. While results
-settle, the listing also shows open issues (a reopen sends the task back to running); a
-settling issue the listing does not show is read on its own. Readings are per issue: a
+result as of its settle moment and keeps it `settling` until then. With a settle time, the
+listing also shows open issues (a reopen before the settle moment sends the task back to
+running; one after it changes nothing); a settling issue the listing does not show is read
+on its own. Readings are per issue: a
 forge error reading one delays that issue only (the batch's `attempts` count failed shared
 work, the listing; an issue unreadable for good is ended by the batch's deadline). The
 periodic full visit reconciles the listing with the forge's open-issue count.
@@ -24,7 +25,7 @@ from .forge import ForgeIssue, GiteaClient, UsesForge
 from .models import BatchRecord, BatchStatus, TaskRecord, utcnow
 from .opentasks import OpenTasks, Owner
 from .ports import Closing
-from .reading import ResultReader, gone, read_each
+from .reading import LOCAL_CLOCK_MARGIN, ResultReader, gone, read_each
 from .repomoves import follow_moves
 from .store import Store
 
@@ -33,7 +34,6 @@ log = logging.getLogger("dropbox_eval")
 # `since` is taken from the forge's own clock (the Date of the previous listing), so one
 # second covers its whole-second precision; our clock is used only without a Date header.
 SINCE_OVERLAP = timedelta(seconds=1)
-LOCAL_CLOCK_MARGIN = timedelta(minutes=2)
 COUNT_SKEW = timedelta(seconds=3)
 ALARM_MARGIN = 0.3  # after a settle window's end: the forge's Date has whole seconds
 Listed = tuple[list[ForgeIssue], "datetime | None"]  # issues a search found, its forge time
@@ -223,7 +223,9 @@ class Poller(UsesForge):
         """Changes of the open tasks from a listing; `closed` collects the open tasks'
         issue numbers it showed closed; `skip`: issues an earlier listing already read."""
         seen: set[int] = set(skip or ())
-        state = "all" if full or open_tasks.settling() else "closed"  # reopens count too
+        # open issues too: a reopen of a settling one, and a close and reopen between two
+        # visits (a settled close stands, reading.py)
+        state = "all" if full or open_tasks.settling() or self.settings.settle_seconds else "closed"
         issues: Iterable[ForgeIssue] = (
             listed
             if listed is not None
@@ -243,7 +245,7 @@ class Poller(UsesForge):
                 closed[issue.number] = issue.closed_at
             pairs.append((issue, owner))
         reads: list[_Read] = [
-            (owner, issue.number, partial(self.reader.observe, repo, owner[1], issue))
+            (owner, issue.number, partial(self.reader.observe, repo, owner[1], issue, _seen(owner)))
             for issue, owner in pairs
         ]
         calls = sum(1 for issue, _ in pairs if issue.state == "closed")  # the others: none
@@ -251,7 +253,9 @@ class Poller(UsesForge):
             if number in seen:
                 continue
             if full:
-                reads.append((owner, number, partial(self._check_unseen, repo, owner[1])))
+                reads.append(
+                    (owner, number, partial(self._check_unseen, repo, owner[1], _seen(owner)))
+                )
             elif owner[1].settling is not None:  # not listed: its issue is read on its own
                 reads.append((owner, number, partial(self.reader.settle_unlisted, repo, owner[1])))
             else:
@@ -270,12 +274,14 @@ class Poller(UsesForge):
             elif change is not None:
                 yield owner, change
 
-    def _check_unseen(self, repo: str, task: TaskRecord) -> dict[str, Any] | None:
+    def _check_unseen(
+        self, repo: str, task: TaskRecord, since: datetime | None
+    ) -> dict[str, Any] | None:
         try:
             issue = self.gitea.get_issue(repo, task.issue_number or 0)
         except ForgeNotFound:
             return gone("the issue was deleted before the lane finished it")
-        return self.reader.observe(repo, task, issue)
+        return self.reader.observe(repo, task, issue, since)
 
     def _alarm(self, repo: str, tasks: list[TaskRecord]) -> None:
         """Ask for a visit of `repo` when its first settling result is due."""
@@ -321,6 +327,11 @@ def _before(moment: datetime | None, mark: datetime | None) -> bool:
     closure just before the count never costs a full listing; a deletion hidden by a
     closure within it is found by the next full cycle."""
     return mark is None or (moment is not None and moment <= mark + COUNT_SKEW)
+
+
+def _seen(owner: Owner) -> datetime | None:
+    """The forge time up to which the listings showed the owner's batch."""
+    return owner[0].last_polled_at
 
 
 def _unsettled(owner: Owner | None) -> bool:

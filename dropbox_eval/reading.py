@@ -1,14 +1,13 @@
 """ResultReader: a listed issue -> the change it makes to its open task.
 
-A task's result is a function of its issue's forge history, never of when the service
-looked (README "Lane result protocol"). A closed issue waits (`settling`, read nothing)
-until nothing about it changed for `settle_seconds`, because a lane's close, label and
-verdict comment are separate API calls that may arrive seconds apart and in any order; then
-its timeline (and the pull request's details) is read once, at that moment. What the
-listing cannot show counts too: a comment edit moves the comment's `updated_at`, not the
-issue's, so a reading that finds a change newer than the one it settled from settles again
-from it; a pull request merged after the issue was closed changes nothing on the issue, and
-is read as it is at the end (merged, not the closer).
+A task's result is its issue's forge history as of the settle moment (asof.py, README
+"Lane result protocol"), never a function of when the service looked. A closed issue waits
+(`settling`, read nothing) until the listing shows nothing changed for `settle_seconds`;
+then its timeline (and the pull request's details) is read, the settle moment found in it
+and the history cut there. What the listing cannot show counts too: a comment edit moves
+the comment's `updated_at`, not the issue's, so a reading that finds the issue not settled
+yet settles again from its last change. An open issue that may have been closed and
+settled before a reopen the service never saw is read too: a settled close stands.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from contextvars import copy_context
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from .asof import as_of, settled_change
 from .config import Settings
 from .errors import ForgeError, ForgeNotFound
 from .forge import ForgeIssue, GiteaClient, UsesForge
@@ -27,6 +27,7 @@ from .models import PullRequestRef, Settling, TaskRecord, TaskResult, TaskStatus
 from .report import Reading, VerdictRules, read_result
 
 READERS = 16  # closed issues of one repo read at once, at most
+LOCAL_CLOCK_MARGIN = timedelta(minutes=2)  # our clock against the forge's
 T = TypeVar("T")
 
 
@@ -44,12 +45,19 @@ class ResultReader(UsesForge):
             lane_marker=settings.lane_marker,
         )
 
-    def observe(self, repo: str, task: TaskRecord, issue: ForgeIssue) -> dict[str, Any] | None:
+    def observe(
+        self, repo: str, task: TaskRecord, issue: ForgeIssue, since: datetime | None = None
+    ) -> dict[str, Any] | None:
         """The change a listed issue makes to its open task: none while open (back to
         running when it was reopened before settling); once closed, `settling` until the
-        settle time passed, then the result read at that moment."""
+        settle time passed, then the result as of its settle moment. An open issue that
+        may have settled before a reopen the service did not see (it changed more than the
+        settle time after `since`, the forge time its batch was last listed at, or after
+        the close the task settles from) is read: a settled close stands."""
         known = task.settling
         if issue.state != "closed":
+            if self._may_have_settled(task, issue, since):
+                return self._reopened(repo, task, issue)
             return None if known is None else {"settling": None}
         if known is None or known.seen != listing_key(issue):
             known = Settling(
@@ -78,38 +86,65 @@ class ResultReader(UsesForge):
         return self.observe(repo, task, issue)
 
     def read_now(self, repo: str, task: TaskRecord) -> dict[str, Any]:
-        """The final change of a settling task read now, settled or not (a batch ending
-        early keeps what the lane did)."""
+        """The final change of a settling task read now (a batch ending early keeps what
+        the lane did): the result as of its settle moment, else as it stands; back to
+        running (`settling` None) when the issue is open again and never settled."""
         assert task.settling is not None
         try:
-            reading = self._read(repo, listed_issue(task, task.settling), task.settling)
+            issue = self.gitea.get_issue(repo, task.issue_number or 0)
+            reading = self._read(repo, issue, task.settling)
         except ForgeNotFound:
             return gone("the issue was deleted")
-        return settled(snapshot_of(reading, task.settling.seen))
+        if issue.state != "closed" and not reading.settled:
+            return {"settling": None}
+        return settled(snapshot_of(reading, listing_key(issue)))
 
     def settle(self, repo: str, issue: ForgeIssue, known: Settling) -> dict[str, Any]:
-        """Read a settled issue: its final change, or `settling` again when the reading
-        shows a change the listing could not (an edit) that has not settled yet;
-        `missing` when the issue was deleted."""
+        """Read a closed issue the listing calls settled: its result as of the settle
+        moment, or `settling` again when the timeline shows a change the listing could not
+        (an edit) that has not settled yet; `missing` when the issue was deleted."""
         try:
             reading = self._read(repo, issue, known)
         except ForgeNotFound:
             return gone("the issue was deleted")
         snapshot = snapshot_of(reading, known.seen)
-        if reading.changed_at > known.changed_at and not self.is_due(snapshot):
-            return {"settling": snapshot}
-        return settled(snapshot)
+        return settled(snapshot) if reading.settled else {"settling": snapshot}
 
-    def _read(self, repo: str, issue: ForgeIssue, known: Settling) -> Reading:
+    def _reopened(self, repo: str, task: TaskRecord, issue: ForgeIssue) -> dict[str, Any] | None:
+        try:
+            reading = self._read(repo, issue, task.settling)
+        except ForgeNotFound:
+            return gone("the issue was deleted")
+        if reading.settled:
+            return settled(snapshot_of(reading, listing_key(issue)))
+        return None if task.settling is None else {"settling": None}
+
+    def _may_have_settled(
+        self, task: TaskRecord, issue: ForgeIssue, since: datetime | None
+    ) -> bool:
+        """Whether an issue seen open may have been closed for the settle time since it
+        was last seen: it changed at least that long after then (and a whole second, the
+        forge's precision, for a close and a reopen at two instants)."""
+        seen = task.settling.changed_at if task.settling is not None else since
+        seen = seen or task.created_at - LOCAL_CLOCK_MARGIN
+        gap = max(timedelta(seconds=self.settings.settle_seconds), timedelta(seconds=1))
+        return issue.updated_at - seen >= gap
+
+    def _read(self, repo: str, issue: ForgeIssue, known: Settling | None) -> Reading:
         def merge_commit(ref: ForgeRefIssue) -> str | None:
             return self.gitea.get_pull(ref.repo or repo, ref.number).merge_commit_sha
 
         timeline = self.gitea.timeline(repo, issue)
-        reading = read_result(issue, timeline, self.rules, merge_commit)
+        now = self.gitea.listed_at or utcnow()
+        window = timedelta(seconds=self.settings.settle_seconds)
+        last = settled_change(issue, timeline, window, now)
+        if last is not None:
+            issue, timeline, _ = as_of(issue, timeline, last, window)
+        reading = read_result(issue, timeline, self.rules, merge_commit, last)
         pull = reading.result.pull_request
         if pull is None or not pull.merged or not self.settings.pull_details:
             return reading
-        before = known.result.pull_request if known.result is not None else None
+        before = known.result.pull_request if known and known.result is not None else None
         pull = self._pull_details(pull.repo or repo, pull, before)
         return reading._replace(result=reading.result.model_copy(update={"pull_request": pull}))
 
@@ -148,22 +183,6 @@ def listing_key(issue: ForgeIssue) -> str:
     only, so the labels and the comment count also tell a change within the same second."""
     labels = ",".join(sorted(issue.labels))
     return f"{issue.updated_at.isoformat()}|{issue.state}|{issue.comments}|{labels}"
-
-
-def listed_issue(task: TaskRecord, known: Settling) -> ForgeIssue:
-    """The issue as the listing last showed it (`listing_key` keeps what a reading needs):
-    a settling task's issue that did not change is read without listing it again."""
-    updated, state, comments, labels = known.seen.split("|", 3)
-    return ForgeIssue(
-        number=task.issue_number or 0,
-        title=task.payload.title,
-        state=state,
-        labels=[name for name in labels.split(",") if name],
-        html_url=task.issue_url or "",
-        updated_at=datetime.fromisoformat(updated),
-        closed_at=known.closed_at,
-        comments=int(comments),
-    )
 
 
 def snapshot_of(reading: Reading, seen: str) -> Settling:

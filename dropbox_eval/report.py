@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from .asof import edited_after
 from .forgewire import ForgeIssue, ForgeRefIssue, ForgeTimelineEntry
 from .models import (
     BatchRecord,
@@ -40,11 +41,16 @@ class VerdictRules:
     lane_login: str = ""
     lane_marker: str = ""
 
-    def by_lane(self, entry: ForgeTimelineEntry) -> bool:
-        """Whether a comment is the lane's (its account, or its marker in the body)."""
+    def lane_comment(self, timeline: list[ForgeTimelineEntry]) -> ForgeTimelineEntry | None:
+        """The lane's last comment: by `lane_login` when it wrote any, else the last one
+        carrying `lane_marker` (a lane that posts through another account), so a human who
+        pastes the marker cannot replace the summary of a lane that comments as itself."""
+        comments = [e for e in timeline if e.type == "comment"]
         login = self.lane_login.casefold()
-        marked = bool(self.lane_marker) and self.lane_marker in (entry.body or "")
-        return marked or (bool(login) and entry.login.casefold() == login)
+        own = [e for e in comments if login and e.login.casefold() == login]
+        marked = [e for e in comments if self.lane_marker and self.lane_marker in (e.body or "")]
+        chosen = own or marked
+        return chosen[-1] if chosen else None
 
 
 class Reading(NamedTuple):
@@ -54,6 +60,7 @@ class Reading(NamedTuple):
     result: TaskResult
     closed_at: datetime | None  # the last `close` entry (else the issue's closed_at)
     changed_at: datetime  # the newest change: the issue's, an entry's, a comment's edit
+    settled: bool = False  # read as of the settle moment (asof.py), not as it stands
 
 
 MergeCommit = Callable[[ForgeRefIssue], "str | None"]  # a pull request's merge commit
@@ -64,23 +71,32 @@ def read_result(
     timeline: list[ForgeTimelineEntry],
     rules: VerdictRules,
     merge_commit: MergeCommit | None = None,
+    moment: datetime | None = None,
 ) -> Reading:
     """The result of a closed issue from its history alone (README "Lane result protocol"):
     status from the first verdict label the forge lists, else from whether a merge closed
     it; summary and details from the lane's last comment; the pull request whose merge
     closed the issue, else the last one that references it to close it. `merge_commit`
-    tells apart pull requests merged within the same second."""
+    tells apart pull requests merged within the same second. `moment`: the settle moment
+    the issue and timeline were cut at (asof.py), to tell a summary edited since."""
     closes = [e for e in timeline if e.type == "close"]
     close = closes[-1] if closes else None
     pull = task_pull(timeline, close, merge_commit)
     status = next((rules.labels[n] for n in issue.labels if n in rules.labels), None)
     if status is None:
         status = rules.merged if pull is not None and pull.closed_issue else rules.unmerged
-    lane = [e.body or "" for e in timeline if e.type == "comment" and rules.by_lane(e)]
-    summary, details = _read_comment(lane[-1] if lane else "")
+    lane = rules.lane_comment(timeline)
+    summary, details = _read_comment(lane.body or "" if lane else "")
     changed = max([issue.updated_at, *(e.changed_at for e in timeline)])
-    result = TaskResult(summary=summary, details=details, pull_request=pull)
-    return Reading(status, result, close.created_at if close else issue.closed_at, changed)
+    edited = lane is not None and moment is not None and edited_after(lane, moment)
+    result = TaskResult(
+        summary=summary,
+        details=details,
+        pull_request=pull,
+        summary_edited_after_settle=edited,
+    )
+    closed_at = close.created_at if close else issue.closed_at
+    return Reading(status, result, closed_at, changed, settled=moment is not None)
 
 
 def task_pull(
@@ -189,6 +205,7 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
                 summary=t.result.summary if t.result else "",
                 details=t.result.details if t.result else None,
                 pull_request=t.result.pull_request if t.result else None,
+                summary_edited_after_settle=bool(t.result and t.result.summary_edited_after_settle),
             )
             for t in tasks
         ],
@@ -199,6 +216,8 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
     for name in ("created_at", "completed_at"):  # the one format a client sees
         data[name] = rfc3339(data[name])
     for result in data["results"]:
+        if not result["summary_edited_after_settle"]:  # said only when it is so
+            del result["summary_edited_after_settle"]
         if result["pull_request"] is not None:
             result["pull_request"]["merged_at"] = rfc3339(result["pull_request"]["merged_at"])
     return data

@@ -33,7 +33,8 @@ from .forge import ForgeIssue, require_client
 from .markers import read_marker
 from .models import BatchRecord, TaskStatus, utcnow
 from .opentasks import unsettled_of
-from .poller import LOCAL_CLOCK_MARGIN, Counted, Listed
+from .poller import Counted, Listed
+from .reading import LOCAL_CLOCK_MARGIN
 
 SEARCH_OVERLAP = timedelta(seconds=10)
 

@@ -256,18 +256,23 @@ def test_the_summary_is_the_lane_s_not_a_later_human_comment(
 ) -> None:
     state = forge.state
     app = _app(forge, tmp_path)
-    batch_id, repo, numbers = _batch(app, 2)
+    batch_id, repo, numbers = _batch(app, 3)
     owner, name = repo.split("/")
-    for number in numbers:
+    for number in numbers[:2]:
         state.finish_issue(owner, name, number, comment="Lane verdict: PASS.", labels=["eval-pass"])
+    state.finish_issue(owner, name, numbers[2], comment=None, labels=["eval-pass"])
     _clock(forge).advance(2)
     state.create_comment(owner, name, numbers[0], HUMAN, "thanks!")
     marked = "Re-run by hand: PASS.\n\n<!-- controller:fingerprint:00ff00ff00ff00ff -->"
-    state.create_comment(owner, name, numbers[1], HUMAN, marked)
+    for number in numbers[1:]:
+        state.create_comment(owner, name, number, HUMAN, marked)
     app.poller.poll_completed(batch_id)
     _settle(app, forge, batch_id)
     assert _result(app, batch_id, 0)["summary"] == "Lane verdict: PASS."
-    assert _result(app, batch_id, 1)["summary"] == "Re-run by hand: PASS."  # the marker
+    # the lane's account wrote a comment: a pasted marker does not replace it
+    assert _result(app, batch_id, 1)["summary"] == "Lane verdict: PASS."
+    # a lane posting through another account: its marker makes the comment its own
+    assert _result(app, batch_id, 2)["summary"] == "Re-run by hand: PASS."
 
 
 def test_a_pull_request_in_another_repo_is_read_from_its_own_repo(

@@ -130,7 +130,7 @@ def test_a_pause_holds_files_and_forge_writes_across_a_restart_until_resume(
         assert resumed.returncode == 0 and f"paused since {since}" in resumed.stdout
         assert wait_for(lambda: _receipt(home, "waiting.json").exists())
         assert wait_for(lambda: _receipt(home, "submitted.json").exists())
-        assert not waiting.exists()
+        assert wait_for(lambda: not waiting.exists())  # the receipt lands first
         assert wait_for(lambda: home.json("batch", cancelled)["status"] == "cancelled")
         new = read_json(_receipt(home, "waiting.json"))["batch_id"]
         assert new not in (before, cancelled)

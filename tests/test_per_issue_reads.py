@@ -88,8 +88,8 @@ def test_a_deleted_settling_issue_is_missing_at_the_next_visit(
 def test_the_status_comes_from_the_settle_read_not_from_the_listing_before(
     forge: SandboxForge, tmp_path: Path
 ) -> None:
-    """A label taken off does not move the issue's `updated_at` (Gitea's nor the
-    sandbox's), so the listing does not show the issue again: its settle read does."""
+    """A verdict label taken off within the settle time after the listing saw it: the
+    status comes from the timeline the settle read fetched, not the listing's labels."""
     app = _app(forge, tmp_path)
     batch_id, repo, (number,) = _batch(app)
     owner, name = repo.split("/")
