@@ -27,10 +27,10 @@ from _common import BenchResult, make_tasks, settings_for
 from _forge import ForgeProcess
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.forge import PAGE_LIMIT
+from dropbox_eval.forge.client import PAGE_LIMIT
 from dropbox_eval.models import TaskRecord
+from dropbox_eval.results.scout import SEARCH_OVERLAP
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.scout import SEARCH_OVERLAP
 from dropbox_eval.service import Service
 
 CLOSURES = 100

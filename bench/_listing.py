@@ -21,13 +21,13 @@ from pathlib import Path
 import requests
 from _common import BenchResult, add_history_ratios
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
 from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
 from dropbox_eval.store import _count
 from dropbox_eval.store.base import summary_row
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 PAGE = 5  # the same page in both histories: a page of 50 rows costs more than one of 5
 

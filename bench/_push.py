@@ -31,13 +31,13 @@ from _common import (
 )
 from _forge import ForgeProcess
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
-from dropbox_eval.forge import GiteaClient
+from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 POLL_INTERVAL = 30.0
 

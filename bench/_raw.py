@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import requests
 from _common import Stopwatch
 
-from dropbox_eval.issues import LABEL_COLOR
-from dropbox_eval.markers import issue_body
+from dropbox_eval.forge.markers import issue_body
+from dropbox_eval.intake.opening import LABEL_COLOR
 from dropbox_eval.models import TaskSpec
 
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings, load_settings
-from dropbox_eval.scheduler import ForgeScheduler
+from dropbox_eval.forge.scheduler import ForgeScheduler
 from dropbox_eval.service import Service
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 FUNDS = 10**7  # credits per client: more than any bench spends at the default price
 WAIT_LIMIT = 120.0

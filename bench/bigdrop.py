@@ -36,7 +36,7 @@ from _forge import ForgeProcess
 from _service import FUNDS, drop, product_settings, running, wait_until
 
 from dropbox_eval.app import build_app
-from dropbox_eval.batchfile import parse_batch
+from dropbox_eval.protocol.batchfile import parse_batch
 
 TARGET = 3.0
 

@@ -30,9 +30,9 @@ from _common import BenchResult, command_line, emit, parser
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
 from dropbox_eval.sftp.keys import KeyStore
+from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
 from dropbox_eval.web.throttle import FREE_FAILURES
-from dropbox_eval.webserver import BackgroundServer
 
 KEY = "the-right-key"
 THREADS = 8

@@ -35,7 +35,7 @@ from _forge import ForgeProcess
 from _raw import raw_loop
 
 from dropbox_eval.app import build_app
-from dropbox_eval.forge import GiteaClient
+from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.sandbox import SandboxForge
 
 TARGET_RATIO = 0.8

@@ -42,8 +42,8 @@ from dropbox_eval.models import (
     TaskStatus,
     utcnow,
 )
+from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
-from dropbox_eval.webserver import BackgroundServer
 
 CALLS = 60  # per read and history, alternating (the pages' few ms swing with the load)
 PAGE = 5  # the ended list's page: the same rows in both histories (5 archived fill it)

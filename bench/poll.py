@@ -42,7 +42,7 @@ from _common import (
 from _farm import farm_figures
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.forge import PAGE_LIMIT, GiteaClient
+from dropbox_eval.forge.client import PAGE_LIMIT, GiteaClient
 from dropbox_eval.sandbox import LaneConfig, SandboxForge
 from dropbox_eval.service import Service
 

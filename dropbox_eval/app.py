@@ -5,31 +5,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .attempts import Attempts
-from .billing import Billing
-from .callbacks import CallbackPolicy
+from .billing.accounts import Billing
 from .config import Settings
-from .delivery import Delivery
-from .emitter import Emitter, FileEmitter, WebhookEmitter
-from .forge import GiteaClient
-from .forgehttp import forge_outcome
+from .delivery.deliverer import Delivery
+from .delivery.emitter import Emitter, FileEmitter, WebhookEmitter
+from .forge.client import GiteaClient
+from .forge.limiter import Limiter
+from .forge.scheduler import ForgeScheduler
+from .forge.transport import forge_outcome
 from .inbox import Inbox
-from .intake import Intake
-from .lifecycle import Lifecycle
-from .limiter import Limiter
+from .intake.accept import Intake
+from .intake.pause import Pause
+from .intake.resubmit import Retries
+from .lifecycle.attempts import Attempts
+from .lifecycle.closing import Settler
+from .lifecycle.ending import Lifecycle
 from .models import TaskRecord
-from .pause import Pause
-from .poller import Poller
-from .rejections import RejectionLog
-from .retry import Retries
-from .scheduler import ForgeScheduler
-from .secrecy import make_state_private
-from .settle import Settler
-from .statecheck import StateCheck
-from .statefolder import check_state_path, has_state, make_drop_folders, no_state
+from .ops.statecheck import StateCheck
+from .protocol.callbacks import CallbackPolicy
+from .protocol.rejections import RejectionLog
+from .results.poller import Poller
+from .results.webhooks import Nudges, WebhookReceiver
 from .store import Store
+from .store.secrecy import make_state_private
+from .store.statefolder import check_state_path, has_state, make_drop_folders, no_state
 from .web.metrics import Metrics
-from .webhooks import Nudges, WebhookReceiver
 
 
 @dataclass

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import secrets
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from .names import is_reserved_client_id
+from .util.names import is_reserved_client_id
+from .util.timestamps import utcnow as utcnow
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -114,11 +115,6 @@ def window_seconds(value: str | int) -> int:
     if not match or int(match.group(1)) <= 0:
         raise ValueError("must be a positive number of seconds or like '24h', '90m', '2d'")
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-
-
-def utcnow() -> datetime:
-    """Current time, timezone-aware UTC, whole microseconds."""
-    return datetime.now(UTC)
 
 
 def new_batch_id(now: datetime | None = None) -> str:

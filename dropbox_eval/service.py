@@ -14,15 +14,15 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from .alarm import Alarm
 from .app import App
 from .errors import EXIT_FAILED, EXIT_OK, DropboxEvalError, ForgeError, StorageUnavailable
-from .fileio import write_json
-from .forge import require_client
+from .forge.client import require_client
 from .models import utcnow
-from .names import is_reserved_client_id, rename_advice
-from .servicestate import already_running
-from .webhooks import register_hook
+from .results.webhooks import register_hook
+from .store.servicestate import already_running
+from .util.alarm import Alarm
+from .util.fileio import write_json
+from .util.names import is_reserved_client_id, rename_advice
 from .workers import FAST_TICK_SECONDS, DeliveryWorker, ForgeWorker, InboxWorker, OpenWorker
 from .workers.supervisor import Supervisor
 

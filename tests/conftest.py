@@ -22,12 +22,12 @@ from fastapi import FastAPI
 from dropbox_eval.app import App, build_app
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
-from dropbox_eval.emitter import WebhookEmitter
+from dropbox_eval.delivery.emitter import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.schemas import NAMES, shipped
 from dropbox_eval.service import Service
+from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
-from dropbox_eval.webserver import BackgroundServer
 
 
 @pytest.fixture

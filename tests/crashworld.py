@@ -18,14 +18,14 @@ from typing import Any
 from conftest import Receiver, settings_on, tasks
 
 from dropbox_eval.app import build_app
-from dropbox_eval.billing import Billing
+from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.config import load_settings
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.models import BatchStatus
+from dropbox_eval.ops.statecheck import StateCheck
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
-from dropbox_eval.statecheck import StateCheck
 from dropbox_eval.store import Store
+from dropbox_eval.util.fileio import write_atomically
 
 CREDITS = 50
 TASKS = 3

@@ -12,12 +12,12 @@ from conftest import tasks
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App
-from dropbox_eval.billing import hash_api_key
+from dropbox_eval.billing.accounts import hash_api_key
 from dropbox_eval.models import Client, utcnow
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dropbox_eval.asof import as_of, settled_change
-from dropbox_eval.forgewire import ForgeIssue, ForgeTimelineEntry
+from dropbox_eval.forge.wire import ForgeIssue, ForgeTimelineEntry
 from dropbox_eval.models import TaskStatus
-from dropbox_eval.report import VerdictRules, read_result
+from dropbox_eval.results.asof import as_of, settled_change
+from dropbox_eval.results.lane import VerdictRules, read_result
 
 T0 = datetime(2026, 12, 2, 8, 0, 0, tzinfo=UTC)
 SETTLE = timedelta(seconds=10)

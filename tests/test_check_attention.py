@@ -15,12 +15,12 @@ from conftest import Cli, Receiver, isolated_cli, serving, settings_on, tasks, w
 from filelock import FileLock
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.attention import INBOX_GRACE, START_SERVICE, inbox_missing, workers_down
 from dropbox_eval.errors import DeliveryError
 from dropbox_eval.models import BatchStatus, utcnow
+from dropbox_eval.ops.attention import INBOX_GRACE, START_SERVICE, inbox_missing, workers_down
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.servicestate import running_status
-from dropbox_eval.timestamps import parse
+from dropbox_eval.store.servicestate import running_status
+from dropbox_eval.util.timestamps import parse
 from dropbox_eval.views.service import service_view
 
 MAX_ATTEMPTS = 2

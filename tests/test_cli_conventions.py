@@ -361,10 +361,10 @@ def test_setting_flags_are_offered_only_where_they_are_used(cli: Cli) -> None:
     assert cli("--poll-interval", "5", "batches", "--json").exit_code == 0
 
 
-def test_the_readme_cli_reference_is_the_commands_own_help() -> None:
-    from dropbox_eval.cli.reference import COMMAND, END, START, render
+def test_the_docs_cli_reference_is_the_commands_own_help() -> None:
+    from dropbox_eval.cli.reference import COMMAND, END, PAGE, START, render
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    assert START in readme and END in readme
-    shown = readme[readme.index(START) : readme.index(END) + len(END)]
-    assert shown == render(), f"README is stale: run {COMMAND}"
+    page = (Path(__file__).resolve().parent.parent / PAGE).read_text(encoding="utf-8")
+    assert START in page and END in page
+    shown = page[page.index(START) : page.index(END) + len(END)]
+    assert shown == render(), f"{PAGE} is stale: run {COMMAND}"

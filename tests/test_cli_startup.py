@@ -12,7 +12,7 @@ import click
 import pytest
 from conftest import PATIENCE
 
-from dropbox_eval.billing import Billing
+from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.cli import COMMANDS, main
 from dropbox_eval.store import Store
 

@@ -21,9 +21,9 @@ import requests
 from conftest import Receiver, start_receiver, tasks, wait_for
 from sftp_stack import Stack, close, paramiko_client, running_stack, sftp
 
-from dropbox_eval.api import create_api
 from dropbox_eval.sftp import sftp_status
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 
 @dataclass

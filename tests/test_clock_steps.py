@@ -23,15 +23,15 @@ import pytest
 from conftest import PATIENCE, Receiver, tasks, wait_for
 
 from dropbox_eval.app import App
-from dropbox_eval.attempts import Attempts
-from dropbox_eval.billing import Billing
-from dropbox_eval.clock import RetryClock
+from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.config import load_settings
 from dropbox_eval.errors import ForgeRetryable
-from dropbox_eval.fileio import write_atomically
+from dropbox_eval.lifecycle.attempts import Attempts
 from dropbox_eval.models import BatchRecord, utcnow
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.store import Store
+from dropbox_eval.util.clock import RetryClock
+from dropbox_eval.util.fileio import write_atomically
 
 LIBFAKETIME = "/usr/lib/*/faketime/libfaketime.so.1"
 # libfaketime 0.9.10 (Debian 12) breaks clock_nanosleep(TIMER_ABSTIME) when the monotonic

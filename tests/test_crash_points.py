@@ -13,9 +13,9 @@ import pytest
 from conftest import Receiver, tasks
 from crashworld import TASKS, World, assert_invariants, play
 
-from dropbox_eval.billing import Billing
+from dropbox_eval.billing.accounts import Billing
+from dropbox_eval.ops.statecheck import StateCheck
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.statecheck import StateCheck
 
 MAX_WRITES = 40  # far above any operation's writes: a walk that reaches it is a bug
 

@@ -287,9 +287,8 @@ def test_the_system_call_filter_lets_the_service_and_the_endpoint_work(tmp_path:
         assert used[unit] - _unit_filter(name) == set(), unit
 
 
-def test_the_readme_settings_table_names_the_same_variables() -> None:
-    readme = (DEPLOY.parent / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("\n## Settings\n") : readme.index("\n## File protocol\n")]
+def test_the_settings_page_names_the_same_variables() -> None:
+    table = (DEPLOY.parent / "docs" / "reference" / "settings.md").read_text(encoding="utf-8")
     documented = set(re.findall(rf"`({ENV_PREFIX}[A-Z0-9_]+)`", table))
     active, shown = env_lines((DEPLOY / "dropbox-eval.env").read_text(encoding="utf-8"))
     assert documented == active.keys() | shown.keys()

@@ -15,14 +15,14 @@ import pytest
 import requests
 from conftest import PATIENCE, read_json, settings_on, tasks, wait_for
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.models import BatchStatus, TaskStatus, utcnow
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.fileio import write_atomically
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 
 @pytest.fixture(params=["gitea", "forgejo"])

@@ -15,8 +15,8 @@ import pytest
 from conftest import Cli, isolated_cli, read_json, serving, settings_on, wait_for
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.callbacks import CallbackPolicy
 from dropbox_eval.errors import BatchRejected
+from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge
 
 ROOT = Path(__file__).resolve().parent.parent

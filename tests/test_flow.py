@@ -13,9 +13,9 @@ from conftest import read_json, serving, settings_on, tasks, wait_for
 
 from dropbox_eval import workers
 from dropbox_eval.app import App, build_app
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.util.fileio import write_atomically
 
 
 def drop(app: App, client: str, name: str, document: dict[str, Any]) -> Path:

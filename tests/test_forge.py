@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from dropbox_eval.errors import ForgeAuthError, ForgeNotFound, ForgeRetryable
-from dropbox_eval.forge import ForgeIssue, GiteaClient
-from dropbox_eval.forgehttp import forge_outcome
+from dropbox_eval.forge.client import ForgeIssue, GiteaClient
+from dropbox_eval.forge.transport import forge_outcome
 from dropbox_eval.models import utcnow
 from dropbox_eval.sandbox import SandboxForge
 

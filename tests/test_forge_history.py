@@ -21,12 +21,12 @@ import pytest
 import requests
 from conftest import settings_on, tasks
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
-from dropbox_eval.forge import GiteaClient
+from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.models import BatchStatus, TaskStatus
 from dropbox_eval.sandbox import ManualClock, SandboxForge
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 from dropbox_eval.workers import ForgeWorker
 
 SETTLE = 10

@@ -19,7 +19,7 @@ from conftest import tasks
 from dropbox_eval.app import build_app
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import ForgeNotFound
-from dropbox_eval.forge import GiteaClient
+from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 

@@ -17,13 +17,13 @@ import requests
 import trustme
 from conftest import Receiver, read_json, tasks
 
-from dropbox_eval.api import create_api
-from dropbox_eval.callbacks import CallbackPolicy
-from dropbox_eval.emitter import Emitter, FileEmitter, WebhookEmitter
+from dropbox_eval.delivery.emitter import Emitter, FileEmitter, WebhookEmitter
 from dropbox_eval.errors import BatchRejected, DeliveryError
+from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import App
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 REPORT = {"batch_id": "b1", "status": "completed"}
 

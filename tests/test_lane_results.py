@@ -21,7 +21,7 @@ from conftest import PATIENCE, wait_for
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import ForgeNotFound
-from dropbox_eval.forge import ForgeIssue, GiteaClient
+from dropbox_eval.forge.client import ForgeIssue, GiteaClient
 from dropbox_eval.models import TaskRecord, utcnow
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
 from dropbox_eval.sandbox.lane_config import LaneConfig

@@ -12,11 +12,11 @@ from conftest import Receiver, read_json, tasks
 from standardwebhooks import Webhook
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.callbacks import CallbackPolicy
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import BatchRejected
 from dropbox_eval.models import BatchFile, BatchStatus, utcnow
+from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import PATIENCE
 
-from dropbox_eval.locks import SharedLock, Timeout
+from dropbox_eval.util.locks import SharedLock, Timeout
 
 HOLD_SCRIPT = """
 import sys

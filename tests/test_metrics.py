@@ -19,14 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from dropbox_eval import __version__
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import load_settings
-from dropbox_eval.fileio import write_atomically
-from dropbox_eval.rejections import REJECTION_REASONS
+from dropbox_eval.protocol.rejections import REJECTION_REASONS
+from dropbox_eval.results.webhooks import WEBHOOK_OUTCOMES
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
-from dropbox_eval.webhooks import WEBHOOK_OUTCOMES
+from dropbox_eval.util.fileio import write_atomically
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-README = Path(__file__).resolve().parent.parent / "README.md"
+METRICS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "metrics.md"
 
 
 def scrape(url: str, **headers: str) -> Samples:
@@ -197,12 +197,13 @@ def test_metrics_can_require_a_bearer_token(
         assert requests.get(f"{url}/healthz", timeout=10).status_code == 200  # still open
 
 
-def test_the_readme_names_every_metric_the_service_exports(app: App) -> None:
+def test_the_metrics_page_names_every_metric_the_service_exports(app: App) -> None:
     with served(app) as url:
         text = requests.get(f"{url}/metrics", timeout=10).text
     families = {f.name for f in text_string_to_metric_families(text)}
     ours = {name for name in families if name.startswith("dropbox_eval_")}
-    documented = set(re.findall(r"`(dropbox_eval_[a-z_]+)`", README.read_text(encoding="utf-8")))
+    page = METRICS_PAGE.read_text(encoding="utf-8")
+    documented = set(re.findall(r"`(dropbox_eval_[a-z_]+)`", page))
     missing = {
         name
         for name in ours

@@ -23,7 +23,7 @@ from conftest import read_json, tasks
 
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
-from dropbox_eval.printable import printable, unprintable_reason
+from dropbox_eval.util.printable import printable, unprintable_reason
 
 FORGED = "2026-12-01 00:00:00,000 INFO batch b1: report emitted to outbox"
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ |^  ")

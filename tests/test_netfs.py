@@ -24,13 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import PATIENCE, tasks, wait_for
 
-from dropbox_eval.inbox.mounts import (
-    Mount,
-    choose_polling,
-    mount_of,
-    parse_mountinfo,
-    remote_mount,
-)
+from dropbox_eval.inbox.mounts import Mount, choose_polling, mount_of, parse_mountinfo, remote_mount
 
 # this machine's mountinfo, as read when the test was written (a local root filesystem)
 LOCAL = """\

@@ -17,11 +17,11 @@ import pytest
 from conftest import PATIENCE, Receiver, tasks, wait_for
 
 from dropbox_eval.app import App
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
+from dropbox_eval.util.fileio import write_atomically
+from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
-from dropbox_eval.webserver import BackgroundServer
 
 CHROMIUM = Path(os.environ.get("DROPBOX_EVAL_CHROMIUM", "/usr/bin/chromium"))
 KEY = "page-key-for-the-browser"

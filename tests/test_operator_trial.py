@@ -14,12 +14,12 @@ import pytest
 from conftest import Receiver, read_json, tasks
 
 from dropbox_eval.app import App
-from dropbox_eval.callbacks import CallbackPolicy
-from dropbox_eval.emitter import Emitter, FileEmitter, WebhookEmitter
+from dropbox_eval.delivery.emitter import Emitter, FileEmitter, WebhookEmitter
 from dropbox_eval.errors import DeliveryError, ForgeRetryable
-from dropbox_eval.forge import GiteaClient
-from dropbox_eval.redact import shown_url
+from dropbox_eval.forge.client import GiteaClient
+from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.store.paging import newest_page
+from dropbox_eval.util.redact import shown_url
 
 REPORT = {"batch_id": "b-1", "tasks": []}
 

@@ -19,13 +19,13 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
+from dropbox_eval.util.fileio import write_atomically
+from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.metrics import route_template
 from dropbox_eval.web.server import create_web
 from dropbox_eval.web.session import SESSION_SECONDS, OperatorSessions
-from dropbox_eval.webserver import BackgroundServer
 
 KEY = OPERATOR_KEY
 COOKIE = "dropbox_eval_operator"
@@ -467,7 +467,7 @@ def test_a_state_from_before_the_running_totals_is_summed_once(
 
 
 def test_rejection_counts_survive_rotation_and_start_from_the_kept_lines(tmp_path: Path) -> None:
-    from dropbox_eval.rejections import RejectionLog
+    from dropbox_eval.protocol.rejections import RejectionLog
 
     old = RejectionLog(tmp_path, max_bytes=200)
     for n in range(2):

@@ -19,8 +19,8 @@ from test_retry import Home
 
 from dropbox_eval.app import App
 from dropbox_eval.errors import EXIT_FAILED
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.util.fileio import write_atomically
 
 KEY = "pause-operator-key"
 

@@ -9,7 +9,7 @@ from conftest import Receiver, read_json, tasks
 
 from dropbox_eval.app import App
 from dropbox_eval.errors import DeliveryError, NotFinished
-from dropbox_eval.markers import marker
+from dropbox_eval.forge.markers import marker
 from dropbox_eval.sandbox import SandboxForge
 
 VERDICT = 'Looks good: all three checks pass.\n\nMore notes.\n\n```json\n{"score": 0.9}\n```\n'

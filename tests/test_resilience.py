@@ -18,12 +18,12 @@ import pytest
 from conftest import PATIENCE, read_json, start_receiver, tasks, wait_for
 
 from dropbox_eval.app import App, build_app
-from dropbox_eval.billing import Billing
+from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.config import Settings, load_settings
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
 from dropbox_eval.service import Service
 from dropbox_eval.store import Store
+from dropbox_eval.util.fileio import write_atomically
 
 
 def drop(settings: Settings, client: str, name: str, document: dict[str, object]) -> None:

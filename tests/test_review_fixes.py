@@ -9,16 +9,16 @@ import requests
 from click.testing import CliRunner
 from conftest import read_json, tasks
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App
-from dropbox_eval.attempts import is_permanent
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import ForgePermanent
+from dropbox_eval.lifecycle.attempts import is_permanent
 from dropbox_eval.models import BatchStatus, TaskStatus
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 
 def test_a_file_name_that_is_not_utf8_is_rejected_before_anything_is_created(

@@ -9,9 +9,9 @@ from conftest import tasks
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
-from dropbox_eval.markers import issue_body
+from dropbox_eval.forge.markers import issue_body
 from dropbox_eval.models import BatchStatus, TaskSpec, TaskStatus
-from dropbox_eval.poller import COUNT_SKEW
+from dropbox_eval.results.poller import COUNT_SKEW
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 

@@ -12,9 +12,9 @@ from conftest import wait_for
 from dropbox_eval.app import forge_scheduler
 from dropbox_eval.config import load_settings
 from dropbox_eval.errors import ConfigError, ForgeRetryable
-from dropbox_eval.forgehttp import forge_outcome
-from dropbox_eval.limiter import Limiter, Outcome
-from dropbox_eval.scheduler import SERVICE, ForgeScheduler, current_client, on_behalf_of
+from dropbox_eval.forge.limiter import Limiter, Outcome
+from dropbox_eval.forge.scheduler import SERVICE, ForgeScheduler, current_client, on_behalf_of
+from dropbox_eval.forge.transport import forge_outcome
 
 
 class Clock:

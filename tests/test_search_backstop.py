@@ -125,7 +125,7 @@ def test_a_change_the_indexer_had_not_seen_yet_is_found_by_the_next_search(
 def test_a_closure_whose_read_failed_is_listed_once_the_search_window_passed_it(
     settings: Settings, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("dropbox_eval.scout.SEARCH_OVERLAP", timedelta(0))  # no second look
+    monkeypatch.setattr("dropbox_eval.results.scout.SEARCH_OVERLAP", timedelta(0))  # no second look
     app, service, ids = _start(settings, forge, 3)
     for _ in range(3):  # cycles 2 and 3 search, cycle 4 is full
         service.poll_cycle()

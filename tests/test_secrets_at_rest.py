@@ -16,9 +16,9 @@ import pytest
 from conftest import Cli, isolated_cli, tasks
 
 from dropbox_eval.app import App
-from dropbox_eval.emitter import FileEmitter
+from dropbox_eval.delivery.emitter import FileEmitter
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.secrecy import make_state_private
+from dropbox_eval.store.secrecy import make_state_private
 
 
 @pytest.fixture

@@ -46,11 +46,11 @@ from histories import (
     verdict,
 )
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.sandbox import LANE_BOT, ManualClock, SandboxForge
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 from dropbox_eval.workers import ForgeWorker
 
 SECRET = "settle-moment-hook"

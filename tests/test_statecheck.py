@@ -16,8 +16,8 @@ from dropbox_eval.app import build_app
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
+from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
-from dropbox_eval.webserver import BackgroundServer
 
 
 def _stranded(tmp_path: Path, forge: SandboxForge) -> World:

@@ -30,8 +30,6 @@ from conftest import PATIENCE, metric, read_json, readiness, settings_on, tasks,
 from test_pause import Running
 from test_retry import Home
 
-from dropbox_eval import storage
-from dropbox_eval.api import os_error_response
 from dropbox_eval.app import App, build_app
 from dropbox_eval.errors import (
     EXIT_FAILED,
@@ -41,10 +39,12 @@ from dropbox_eval.errors import (
     StorageUnavailable,
     storage_error,
 )
-from dropbox_eval.fileio import write_atomically
 from dropbox_eval.inbox.sweep import StaleUploads
-from dropbox_eval.logfilter import AUDIT, RepeatFilter
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.util import storage
+from dropbox_eval.util.fileio import write_atomically
+from dropbox_eval.util.logfilter import AUDIT, RepeatFilter
+from dropbox_eval.web.api import os_error_response
 from dropbox_eval.workers.guard import guarded
 
 MAX_TRACEBACKS = 10

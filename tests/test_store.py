@@ -13,23 +13,19 @@ from pathlib import Path
 import pytest
 from conftest import tasks
 
-from dropbox_eval import crashpoints, fileio
 from dropbox_eval.app import App, build_app
-from dropbox_eval.billing import Billing
+from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import NotFoundError, StoreError
 from dropbox_eval.models import BatchFile
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.store import Store, append_lines
+from dropbox_eval.util import crashpoints, fileio
 
 FUND_SCRIPT = """
 import sys
 from pathlib import Path
-from dropbox_eval import crashpoints, fileio
-from dropbox_eval.billing import Billing
-from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.config import Settings
-from dropbox_eval.app import App, build_app
+from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.store import Store
 billing = Billing(Store(Path(sys.argv[1])), 1)
 for _ in range(int(sys.argv[2])):

@@ -1,6 +1,9 @@
-"""The README's structure rule, checked on the sources: no import circle among the
-product's modules (outside `cli/` and `sandbox/`), no stage module imports another, and
-one module decides retries (the only one that imports tenacity)."""
+"""The structure rules (docs: Architecture), checked on the sources: no import circle among
+the product's modules (outside `cli/` and `sandbox/`); packages in layers, each importing
+only its own layer's package or lower ones (no import back up, no stage importing a stage
+beside it); no import of another package's private names; import chains of at most 12
+modules; the composition root imported by at most 2 modules; one module decides retries
+(the only one that imports tenacity)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dropbox_eval"
 OUTSIDE = ("dropbox_eval.cli", "dropbox_eval.sandbox")
-STAGES = ("inbox", "intake", "poller", "settle", "lifecycle", "delivery")
+# each top-level part of the package and its layer: a module may import its own part and
+# parts of lower layers only
+LAYERS = {
+    "errors": 0,
+    "util": 1,
+    **dict.fromkeys(("models", "config"), 2),
+    **dict.fromkeys(("protocol", "ports"), 3),
+    **dict.fromkeys(("store", "forge", "schemas"), 4),
+    "billing": 5,
+    **dict.fromkeys(("intake", "results"), 6),
+    "lifecycle": 7,
+    **dict.fromkeys(("delivery", "views"), 8),
+    "ops": 9,
+    **dict.fromkeys(("inbox", "sftp"), 10),
+    **dict.fromkeys(("web", "workers", "sandbox"), 11),
+    "app": 12,  # the composition root
+    "service": 13,
+    "cli": 14,
+    "__main__": 15,
+}
+COMPOSITION_ROOT = "dropbox_eval.app"
+LONGEST_CHAIN = 12
 
 
 def _name(path: Path) -> str:
@@ -92,27 +116,74 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return circles
 
 
-def _stage(module: str) -> str | None:
+def _part(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
-def test_no_import_circle_among_the_products_modules() -> None:
-    assert _circles(_graph(runtime_only=True)) == []
+def test_every_part_of_the_package_has_a_layer() -> None:
+    assert sorted({_part(m) for m in MODULES} - {"__init__"} - LAYERS.keys()) == []
 
 
-def test_the_circle_finder_finds_a_circle() -> None:
-    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-
-
-def test_no_stage_imports_another_stage() -> None:
+def test_no_import_back_up_and_no_part_imports_one_beside_it() -> None:
     crossings = sorted(
         f"{module} -> {target}"
         for module, targets in _graph(runtime_only=False).items()
         for target in targets
-        if _stage(module) and _stage(target) and _stage(module) != _stage(target)
+        if _part(module) != _part(target)
+        and _part(module) in LAYERS
+        and _part(target) in LAYERS
+        and LAYERS[_part(target)] >= LAYERS[_part(module)]
     )
     assert crossings == []
+
+
+def test_no_module_imports_another_package_s_private_names() -> None:
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for target in _imported(module, node):
+                private = [
+                    a.name
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.endswith("__")
+                ]
+                if private and _part(target) != _part(module):
+                    found.append(f"{module}: {target} {private}")
+    assert found == []
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest import chain (the graph has no circle)."""
+    memo: dict[str, list[str]] = {}
+
+    def chain(node: str) -> list[str]:
+        if node not in memo:
+            below = [chain(n) for n in graph.get(node, ()) if not n.startswith(OUTSIDE)]
+            memo[node] = [node, *max(below, key=len, default=[])]
+        return memo[node]
+
+    return max((chain(m) for m in graph if not m.startswith(OUTSIDE)), key=len)
+
+
+def test_import_chains_are_short() -> None:
+    longest = _longest_chain(_graph(runtime_only=True))
+    assert len(longest) <= LONGEST_CHAIN, " -> ".join(longest)
+
+
+def test_the_chain_finder_finds_the_longest_chain() -> None:
+    graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"d"}, "d": set()}
+    assert _longest_chain(graph) == ["a", "b", "c", "d"]
+
+
+def test_few_modules_import_the_composition_root() -> None:
+    users = sorted(
+        m for m, targets in _graph(runtime_only=False).items() if COMPOSITION_ROOT in targets
+    )
+    assert len(users) <= 2, users
 
 
 def test_one_module_decides_retries() -> None:
@@ -125,4 +196,4 @@ def test_one_module_decides_retries() -> None:
             for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         )
     )
-    assert users == ["dropbox_eval.attempts"]
+    assert users == ["dropbox_eval.lifecycle.attempts"]

@@ -18,8 +18,8 @@ from test_retry import Home
 
 from dropbox_eval.app import App
 from dropbox_eval.sandbox import SandboxForge
+from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
-from dropbox_eval.webserver import BackgroundServer
 from dropbox_eval.workers.supervisor import FAULT_ENV, RESTART_LIMIT
 
 

@@ -19,10 +19,10 @@ from dropbox_eval.app import App
 from dropbox_eval.errors import InvalidArgument
 from dropbox_eval.inbox import candidates
 from dropbox_eval.models import Client, utcnow
-from dropbox_eval.names import RESERVED_CLIENT_IDS, reserved_reason
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 from dropbox_eval.sftp.keys import KeyStore
+from dropbox_eval.util.names import RESERVED_CLIENT_IDS, reserved_reason
 
 
 @pytest.fixture

@@ -13,14 +13,14 @@ import pytest
 import requests
 from conftest import PATIENCE, tasks, wait_for
 
-from dropbox_eval.api import create_api
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
 from dropbox_eval.models import TaskStatus
+from dropbox_eval.results.webhooks import REPLAY_WINDOW
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
-from dropbox_eval.webhooks import REPLAY_WINDOW
-from dropbox_eval.webserver import BackgroundServer
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.api import create_api
 
 SECRET = "hook-secret"
 

@@ -80,8 +80,8 @@ class Context:
         """The state opened read-only: creates nothing; exit 2 when there is none.
         `writable`: StorageUnavailable (exit 1) when the state folder is full, read-only or
         refused, for the commands that must not say all is well then (`status`, `check`)."""
-        from ..statefolder import open_state
-        from ..storage import require_writable
+        from ..store.statefolder import open_state
+        from ..util.storage import require_writable
 
         store = open_state(self.settings())
         if writable:

@@ -13,8 +13,8 @@ import click
 from rich.table import Table
 
 from ..models import BatchStatus
-from ..servicestate import service_running
-from ..timestamps import age
+from ..store.servicestate import service_running
+from ..util.timestamps import age
 from ..views import Progress, Views
 from . import FOLDERS, FORGE, STATE, Context, uses
 from .output import console, emit_json, fail, friendly_errors, json_option

@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from ..attention import Attention, needs_a_person
-from ..billing import Billing
+from ..billing.accounts import Billing
 from ..errors import EXIT_FAILED, EXIT_OK
-from ..servicestate import already_running, service_running
-from ..statecheck import Finding, StateCheck
+from ..ops.attention import Attention, needs_a_person
+from ..ops.statecheck import Finding, StateCheck
+from ..store.servicestate import already_running, service_running
 from . import FOLDERS, Context, uses
 from .output import emit_json, friendly_errors, json_option
 

@@ -13,10 +13,10 @@ import click
 
 from ..app import App
 from ..errors import EXIT_FAILED, DropboxEvalError
-from ..fileio import SHARED_MODE, write_atomically
 from ..models import utcnow
 from ..service import Service
-from ..servicestate import service_running
+from ..store.servicestate import service_running
+from ..util.fileio import SHARED_MODE, write_atomically
 from ..views import Views
 from . import FOLDERS, Context, uses
 from .output import console, emit_json, fail, friendly_errors, json_option

@@ -13,8 +13,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ..logfilter import RepeatFilter
-from ..printable import printable
+from ..util.logfilter import RepeatFilter
+from ..util.printable import printable
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 NOISY = ("urllib3", "watchdog", "filelock", "asyncssh")

@@ -18,13 +18,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from ..errors import (
-    EXIT_INTERRUPTED,
-    DropboxEvalError,
-    answer_for,
-    error_document,
-    storage_errors,
-)
+from ..errors import EXIT_INTERRUPTED, DropboxEvalError, answer_for, error_document, storage_errors
 
 # piped output keeps whole ids (rich assumes 80 columns when stdout is not a terminal)
 console = Console(width=None if sys.stdout.isatty() else 200)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..pause import Pause
+from ..intake.pause import Pause
 from . import STATE, Context, uses
 from .output import emit_json, friendly_errors, json_option
 

@@ -13,7 +13,7 @@ import click
 
 from ..errors import ConfigError
 from ..service import Service
-from ..servicestate import already_running, running_status, service_running
+from ..store.servicestate import already_running, running_status, service_running
 from . import FOLDERS, FORGE, Context, uses
 from .output import emit_json, friendly_errors, json_option
 
@@ -103,8 +103,8 @@ def _http(service: Service, host: str, port: int | None) -> Iterator[None]:
     if port is None:
         yield
         return
+    from ..util.webserver import BackgroundServer
     from ..web.server import create_web
-    from ..webserver import BackgroundServer
 
     def status() -> dict[str, Any] | None:
         if service.stop_event.is_set() or not service_running(service.settings.state_path):

@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from .. import storage
 from ..errors import EXIT_NOT_RUNNING, EXIT_OK
-from ..names import is_reserved_client_id, rename_advice
 from ..sftp.status import sftp_status
+from ..util import storage
+from ..util.names import is_reserved_client_id, rename_advice
 from ..views import Views
 from . import STATE, Context, uses
 from .output import emit_json, friendly_errors, json_option

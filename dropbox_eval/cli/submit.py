@@ -21,10 +21,10 @@ from rich.table import Table
 from ..config import Settings
 from ..errors import EXIT_FAILED, EXIT_REJECTED, DropboxEvalError, InvalidArgument
 from ..inbox import Inbox, handover
+from ..intake.pause import Pause
 from ..models import ID_PATTERN, is_valid_id
-from ..names import reserved_reason
-from ..pause import Pause
-from ..servicestate import service_running
+from ..store.servicestate import service_running
+from ..util.names import reserved_reason
 from . import FOLDERS, FORGE, Context, uses
 from .output import console, emit_json, fail, friendly_errors, json_option
 

@@ -44,7 +44,7 @@ def validate(obj: Context, files: tuple[Path, ...], client_id: str | None, as_js
     Needs no service, forge or state; the client's credits and the callback host's address
     are checked only when the file is dropped.
     """
-    from ..validation import check_file
+    from ..inbox.validation import check_file
 
     with friendly_errors(as_json):
         settings = obj.settings()

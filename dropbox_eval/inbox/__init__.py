@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import crashpoints, timestamps
-from ..clock import Backoff
-from ..documents import ErrorFile, receipt_for
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError, StorageUnavailable
 from ..models import BatchFile, BatchRecord, BatchStatus
+from ..protocol.documents import ErrorFile, receipt_for
+from ..util import crashpoints, timestamps
+from ..util.clock import Backoff
 from . import fsops
 from .checks import CANCEL_RE, cancel_target, name_problem, read_drop
 from .filing import Skip, check_outcome_folder, file_away, shown

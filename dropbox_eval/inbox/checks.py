@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 
-from ..batchfile import parse_batch
 from ..errors import BatchRejected
 from ..models import BatchFile, is_valid_id
-from ..printable import unprintable_reason
+from ..protocol.batchfile import parse_batch
+from ..util.printable import unprintable_reason
 
 CANCEL_RE = re.compile(r"^cancel-(.+)\.json$")
 

@@ -9,8 +9,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..documents import Filing
-from ..fileio import SHARED_MODE, json_bytes, write_at
+from ..protocol.documents import Filing
+from ..util.fileio import SHARED_MODE, json_bytes, write_at
 from . import fsops
 
 log = logging.getLogger("dropbox_eval")

@@ -9,8 +9,8 @@ import os
 import stat
 from typing import Any
 
-from .. import crashpoints
-from ..fileio import SHARED_MODE, temp_name, write_at
+from ..util import crashpoints
+from ..util.fileio import SHARED_MODE, temp_name, write_at
 
 NAME_MAX = 255
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..batchfile import check_size
 from ..errors import BatchRejected
+from ..protocol.batchfile import check_size
 from . import fsops
 from .filing import Skip
 from .readiness import signature

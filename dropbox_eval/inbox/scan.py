@@ -8,8 +8,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..namefilter import NAMES
-from ..names import OUTCOME_DIRS, TEMP_SUFFIXES
+from ..protocol.namefilter import NAMES
+from ..util.names import OUTCOME_DIRS, TEMP_SUFFIXES
 
 __all__ = ["OUTCOME_DIRS", "TEMP_SUFFIXES", "candidates", "dropped_entries", "is_candidate_name"]
 

@@ -50,7 +50,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
-from ..namefilter import NAMES
+from ..protocol.namefilter import NAMES
 from .scan import candidates, is_candidate_name
 
 log = logging.getLogger("dropbox_eval")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
-from ..webserver import BackgroundServer
+from ..util.webserver import BackgroundServer
 from .app import create_app
 from .clock import Clock
 from .faults import RequestLogEntry, RequestStart

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from ..documents import ErrorFile, Receipt
 from ..models import BatchFile, Report
+from ..protocol.documents import ErrorFile, Receipt
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MODELS: dict[str, tuple[Any, str, str]] = {

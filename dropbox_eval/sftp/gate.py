@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import asyncssh
 
-from ..logfilter import AUDIT
-from ..names import reserved_reason
+from ..util.logfilter import AUDIT
+from ..util.names import reserved_reason
 from .accounting import Session
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ import asyncssh
 from filelock import FileLock
 
 from ..errors import ConfigError, InvalidArgument, NotFoundError
-from ..fileio import write_atomically
 from ..models import is_valid_client_id, is_valid_id
-from ..names import reserved_reason
+from ..util.fileio import write_atomically
+from ..util.names import reserved_reason
 from .status import sftp_folder
 
 

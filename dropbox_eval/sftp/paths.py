@@ -20,9 +20,9 @@ from pathlib import Path
 
 from asyncssh import SFTPInvalidFilename, SFTPNoSuchFile, SFTPPermissionDenied
 
-from ..namefilter import NAMES
-from ..names import OUTCOME_DIRS, REPORTS_DIR, UNDELIVERED_DIR
-from ..printable import unprintable_reason
+from ..protocol.namefilter import NAMES
+from ..util.names import OUTCOME_DIRS, REPORTS_DIR, UNDELIVERED_DIR
+from ..util.printable import unprintable_reason
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_NAME_BYTES = 200  # leaves room for the hidden upload name within NAME_MAX (255)

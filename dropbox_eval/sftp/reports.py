@@ -21,8 +21,8 @@ from asyncssh import SFTPFailure, SFTPNoSuchFile
 
 from ..errors import DropboxEvalError, NoState, NotFoundError
 from ..models import is_valid_id
-from ..names import REPORTS_DIR, UNDELIVERED_DIR
 from ..store import Store
+from ..util.names import REPORTS_DIR, UNDELIVERED_DIR
 from .paths import DIR_FLAGS, stat_at
 
 log = logging.getLogger("dropbox_eval")

@@ -31,8 +31,8 @@ from filelock import Timeout
 
 from ..config import Settings
 from ..errors import AlreadyRunning
-from ..logfilter import AUDIT
-from ..secrecy import make_state_private
+from ..store.secrecy import make_state_private
+from ..util.logfilter import AUDIT
 from .accounting import FileLog, Session
 from .bounds import Bounds, raise_descriptor_limit
 from .filesystem import JailedSFTPServer

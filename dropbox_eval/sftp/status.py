@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock
 
 from ..errors import ConfigError
-from ..fileio import write_json
-from ..locks import held_elsewhere
-from ..secrecy import private_folder
+from ..store.secrecy import private_folder
+from ..util.fileio import write_json
+from ..util.locks import held_elsewhere
 
 if TYPE_CHECKING:  # asyncssh is imported only by what needs it: `status` stays light
     import asyncssh

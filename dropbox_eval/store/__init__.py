@@ -30,10 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from typing import Any
 
-from .. import crashpoints
 from ..errors import NotFoundError, StoreError
-from ..fileio import write_atomically
 from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id, utcnow
+from ..util import crashpoints
+from ..util.fileio import write_atomically
 from . import totals
 from .base import SUMMARY_FIELDS, _dump, _encode, _insert, summary_row
 from .clients import _post, settle_once

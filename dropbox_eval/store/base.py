@@ -17,11 +17,11 @@ from filelock import FileLock, Timeout
 from tinydb import TinyDB
 
 from ..errors import NoState, StoreError, storage_error, storage_errors
-from ..locks import SharedLock
 from ..models import TaskRecord
-from ..secrecy import private_folder
+from ..util.locks import SharedLock
 from .archive import Archive
 from .files import AtomicJSONStorage, ParsedFile, unlink_quietly
+from .secrecy import private_folder
 from .tasks import Signature, TaskFiles
 
 STALE_TEMP_SECONDS = 300

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 from tinydb.storages import Storage
 
-from .. import crashpoints
 from ..errors import StoreError, storage_errors
-from ..fileio import write_atomically
+from ..util import crashpoints
+from ..util.fileio import write_atomically
 
 BLOCK = 1 << 13
 MAX_BLOCK = 1 << 20

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import crashpoints
+from ..util import crashpoints
 from .files import append_lines, read_lines, read_table, unlink_quietly, write_table
 
 Changes = dict[str, dict[str, Any]]

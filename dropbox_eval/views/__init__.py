@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import NotFoundError
 from ..models import BatchRecord, BatchStatus
-from ..rejections import RejectionLog
+from ..protocol.rejections import RejectionLog
 from ..store import Store
 from .batches import batch_view, delivery_state, for_client, row_view, task_view, times
 from .clients import client_view, ledger_view

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import BatchRecord, TaskRecord
-from ..report import status_counts
-from ..timestamps import rfc3339
+from ..protocol.report import status_counts
+from ..util.timestamps import rfc3339
 from .progress import Progress
 
 BATCH_TIMES = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import Client, LedgerEntry
-from ..timestamps import rfc3339
+from ..util.timestamps import rfc3339
 
 
 def client_view(client: Client, charged: int | None = None) -> dict[str, Any]:

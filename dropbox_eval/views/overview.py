@@ -17,7 +17,7 @@ from ..errors import NotFoundError
 from ..models import BatchRecord, BatchStatus, Client, TaskStatus, utcnow
 from ..store import Store
 from ..store.totals import Snapshot, charged_by, source_of
-from ..timestamps import age
+from ..util.timestamps import age
 from .batches import batch_view, delivery_state
 from .clients import client_view
 

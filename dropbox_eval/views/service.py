@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..pause import Pause
-from ..servicestate import read_status
-from ..timestamps import rfc3339
+from ..intake.pause import Pause
+from ..store.servicestate import read_status
+from ..util.timestamps import rfc3339
 
 SERVICE_TIMES = ("started_at", "stopped_at", "last_poll_at", "state_checked_at")
 KEPT_WHEN_STOPPED = ("stopped_at", "last_error", "state_problems", "workers")

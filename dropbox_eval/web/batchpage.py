@@ -25,7 +25,7 @@ from fastapi.responses import Response
 
 from ..errors import DropboxEvalError, NotFoundError
 from ..models import BatchStatus, is_valid_id
-from ..redact import shown_url
+from ..util.redact import shown_url
 from ..views import Views
 from .door import Door, form_of
 

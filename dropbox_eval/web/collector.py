@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .. import storage
 from ..errors import DropboxEvalError
 from ..inbox.scan import candidates
-from ..rejections import REJECTION_REASONS
-from ..timestamps import parse
+from ..protocol.rejections import REJECTION_REASONS
+from ..results.webhooks import WEBHOOK_OUTCOMES
+from ..util import storage
+from ..util.timestamps import parse
 from ..views import Overview, Views
-from ..webhooks import WEBHOOK_OUTCOMES
 from .metrics import PREFIX
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import storage
 from ..errors import DropboxEvalError, storage_error
-from ..servicestate import WORKER_DOWN, read_status
+from ..store.servicestate import WORKER_DOWN, read_status
+from ..util import storage
 
 if TYPE_CHECKING:
     from ..app import App

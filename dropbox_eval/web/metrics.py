@@ -33,7 +33,7 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 
 from .. import __version__
-from ..forgehttp import CONNECT_TIMEOUT
+from ..forge.transport import CONNECT_TIMEOUT
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client has no hints here
 

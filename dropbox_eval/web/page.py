@@ -20,7 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
 from ..errors import DropboxEvalError
-from ..timestamps import now
+from ..util.timestamps import now
 from ..views import Views
 from .batchpage import add_batch_pages, batch_path
 from .door import COOKIE, Door, form_of

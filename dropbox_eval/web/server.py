@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ..api import create_api
+from .api import create_api
 from .collector import StateCollector
 from .headers import SecurityHeaders
 from .health import Health

@@ -9,10 +9,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..app import App
-from ..delivery import destination
+from ..delivery.deliverer import destination
 from ..errors import StorageUnavailable
-from ..keyedpool import KeyedPool
 from ..models import BatchRecord, BatchStatus
+from ..util.keyedpool import KeyedPool
 from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
 
 log = logging.getLogger("dropbox_eval")

@@ -13,7 +13,7 @@ from ..app import App
 from ..inbox import ReadinessTracker, is_candidate_name
 from ..inbox.mounts import choose_polling
 from ..inbox.watcher import InboxWatcher
-from ..keyedpool import KeyedPool
+from ..util.keyedpool import KeyedPool
 from .guard import FAST_TICK_SECONDS, POOL_SIZE, TICK_SECONDS, Report, guarded
 
 log = logging.getLogger("dropbox_eval")

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..app import App
 from ..errors import NotFoundError
-from ..keyedpool import KeyedPool
 from ..models import BatchStatus
+from ..util.keyedpool import KeyedPool
 from .guard import Report, guarded
 
 # 8 clients served at once, as many batches of one client as its burst needs to fill the

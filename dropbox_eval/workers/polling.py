@@ -13,10 +13,10 @@ from typing import Any
 
 from ..app import App
 from ..errors import ForgeError, StorageUnavailable
-from ..keyedpool import KeyedPool
+from ..forge.scheduler import on_behalf_of
 from ..models import BatchStatus
-from ..scheduler import on_behalf_of
-from ..scout import ChangeScout, Visit
+from ..results.scout import ChangeScout, Visit
+from ..util.keyedpool import KeyedPool
 from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
 from .opening import OpenWorker
 

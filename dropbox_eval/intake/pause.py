@@ -1,0 +1,95 @@
+"""The pause: `dropbox-eval pause` holds intake and forge writes until `resume`.
+
+One file, `state/paused.json` (`{"since": ..., "by": ...}`), written atomically with the
+project's one writer (fileio.py), so a pause survives a restart and every process sharing
+the state folder (the service, `submit`, `cancel`, `retry`, `serve`) sees it. While it
+exists: files wait in the inbox (no receipt, no error file), no issue is created, commented,
+labelled or closed (cancels are stored and deadlines wait), and a forge visit that fails is
+not counted toward a batch's `SAAS_EVAL_MAX_ATTEMPTS`; polling and report delivery go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import storage_errors
+from ..util.fileio import write_json
+from ..util.timestamps import now
+
+FILE = "paused.json"
+
+
+class Pause:
+    """The pause file of one state folder; reading it costs one small read."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE
+        self._listeners: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def since(self) -> str | None:
+        """When intake was paused (RFC 3339), or None while it runs."""
+        record = self.record()
+        if record is None:
+            return None
+        return str(record.get("since") or "unknown")
+
+    def record(self) -> dict[str, Any] | None:
+        """The pause file's content (`since`, `by`), or None when not paused. A file that
+        cannot be parsed still pauses (it was written to pause): `since` is then unknown."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # a folder, another user's 0600 file: still a pause, not a crash
+            return {"since": f"unknown (unreadable pause file: {exc.strerror or exc})"}
+        with contextlib.suppress(ValueError):  # bad JSON or bad UTF-8
+            found = json.loads(raw)
+            if isinstance(found, dict):
+                return found
+        return {"since": "unknown (unreadable pause file)"}
+
+    def pause(self, by: str) -> dict[str, Any]:
+        """Pause (again: the first time is kept); returns the pause record."""
+        with self._lock:
+            record = self.record()
+            if record is None:
+                record = {"since": now(), "by": by}
+                write_json(self.path, record)
+            return record
+
+    def resume(self) -> dict[str, Any] | None:
+        """End the pause; returns the record that ended (None if not paused) and tells the
+        listeners of this process at once (the service's workers wake up)."""
+        with self._lock:
+            record = self.record()
+            try:
+                with storage_errors(self.path, what="cannot remove"):
+                    self.path.unlink()
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:  # an operator's `mkdir paused.json` pauses too
+                self.path.rmdir()
+        for listener in list(self._listeners):
+            listener()
+        return record
+
+    def on_resume(self, listener: Callable[[], None]) -> None:
+        """Call `listener` when this process resumes (another process's resume is seen by
+        the workers at their next look)."""
+        self._listeners.append(listener)
+
+    def view(self) -> dict[str, Any]:
+        """`{"paused": bool, "paused_since", "paused_by"}`: what `status`, `/readyz`, the
+        API and the page show."""
+        record = self.record()
+        return {
+            "paused": record is not None,
+            "paused_since": record.get("since") if record else None,
+            "paused_by": record.get("by") if record else None,
+        }

@@ -1,0 +1,272 @@
+"""The HTTP API (`dropbox-eval serve`): the inbox's operations for programs.
+
+Each client authenticates with its own API key (`Authorization: Bearer <key>`, issued by
+`dropbox-eval clients api-key ID`) and sees only its own batches: another client's batch
+answers 404, exactly like a batch that does not exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..app import App
+from ..delivery.emitter import report_bytes
+from ..errors import (
+    DropboxEvalError,
+    NotFinished,
+    NotFoundError,
+    StorageUnavailable,
+    answer_for,
+    error_document,
+    storage_cause,
+    storage_error,
+)
+from ..intake.accept import API_SOURCE
+from ..models import BatchFile, BatchRecord, BatchStatus, Client
+from ..protocol.batchfile import check_size, parse_batch, reason_of
+from ..protocol.report import build_report
+from ..views import Views, for_client
+from .apidocs import add_offline_docs
+
+
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """A JSON schema with its local `$defs` references written out (for OpenAPI)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inlined(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inlined(item, defs) for item in schema]
+    return schema
+
+
+_SCHEMA = BatchFile.model_json_schema()
+BATCH_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inlined(_SCHEMA, _SCHEMA.get("$defs", {}))}},
+    }
+}
+
+bearer = HTTPBearer(auto_error=False)
+log = logging.getLogger("dropbox_eval")
+STORAGE_RETRY_AFTER = "60"  # seconds: a disk is freed by a person, not in a moment
+
+
+class Problem(BaseModel):
+    """Every error answer: a stable reason code and words a client can act on."""
+
+    ok: bool = False
+    reason: str
+    message: str
+
+
+def problem_response(error: DropboxEvalError) -> JSONResponse:
+    """The answer to an error, from the one table (errors.answer_for). A full or read-only
+    folder says when to try again (it clears by itself once space returns), and names the
+    cause but not the service's paths (they are the operator's: `/readyz`, the log)."""
+    status, _, reason = answer_for(error)
+    if isinstance(error, StorageUnavailable):
+        message = f"the service cannot store anything now: {storage_cause(error.errno or 0)}"
+        body = {"ok": False, "reason": reason, "message": f"{message}; try again later"}
+        return JSONResponse(body, status, headers={"Retry-After": STORAGE_RETRY_AFTER})
+    return JSONResponse(error_document(error), status_code=status)
+
+
+def os_error_response(error: OSError) -> JSONResponse:
+    """The last net under a request: a full, read-only or refused folder met where no
+    writer translated it answers as StorageUnavailable does; any other OSError is a 500
+    problem document (the log has the details), never a bare `Internal Server Error`."""
+    storage = storage_error(error)
+    if storage is not None:
+        return problem_response(storage)
+    log.error("request failed: %s", error, exc_info=error)
+    return problem_response(DropboxEvalError("internal error: the service log says more"))
+
+
+def _client_of(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Client:
+    """The client whose API key authenticates this request (401 otherwise)."""
+    app: App = request.app.state.components
+    client = app.billing.client_for_key(credentials.credentials) if credentials else None
+    if client is None:
+        raise HTTPException(401, "a valid API key is required (Authorization: Bearer ...)")
+    return client
+
+
+Caller = Annotated[Client, Depends(_client_of)]
+
+
+def create_api(app: App) -> FastAPI:
+    """The FastAPI application over the wired components."""
+    api = FastAPI(
+        title="dropbox-eval",
+        version=__version__,
+        description="Eval batches: submit, follow, emit, cancel, retry.",
+        docs_url=None,  # apidocs.py serves them without a CDN
+        redoc_url=None,
+    )
+    add_offline_docs(api)
+    api.state.components = app
+    views = Views(app.store)
+    problems: dict[int | str, dict[str, Any]] = {
+        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503, 507)
+    }
+
+    def owned(batch_id: str, client: Client, *, tasks: bool = False) -> dict[str, Any]:
+        """The caller's batch; another client's answers 404 like one that does not exist."""
+        read = views.batch if tasks else views.batch_summary
+        try:
+            return for_client(read(batch_id, client_id=client.client_id))
+        except NotFoundError:
+            raise HTTPException(404, f"no batch {batch_id!r}") from None
+
+    @api.exception_handler(DropboxEvalError)
+    def problem(_request: Request, exc: DropboxEvalError) -> JSONResponse:
+        return problem_response(exc)
+
+    @api.exception_handler(OSError)
+    def os_error(_request: Request, exc: OSError) -> JSONResponse:
+        return os_error_response(exc)
+
+    @api.exception_handler(StarletteHTTPException)  # unknown paths and methods too
+    def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        reason = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "error"
+        )
+        body = {"ok": False, "reason": reason, "message": str(exc.detail)}
+        return JSONResponse(body, status_code=exc.status_code)
+
+    @api.exception_handler(RequestValidationError)
+    def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": ".".join(str(p) for p in e["loc"][1:]), "reason": reason_of(e)}
+            for e in exc.errors()[:20]
+        ]
+        message = f"{errors[0]['field']}: {errors[0]['reason']}" if errors else "invalid request"
+        body = {"ok": False, "reason": "invalid_request", "message": message, "errors": errors}
+        return JSONResponse(body, status_code=422)
+
+    @api.post("/api/eval/batches", status_code=201, responses=problems, openapi_extra=BATCH_BODY)
+    async def submit(request: Request, client: Caller, response: Response) -> dict[str, Any]:
+        """Submit a batch: the inbox's parser, limits, answers and funded check."""
+        raw = await _body(request, app.settings.max_file_bytes)
+        batch = parse_batch(
+            raw, max_bytes=app.settings.max_file_bytes, max_tasks=app.settings.max_tasks
+        )
+        # the same body again is the same batch (a client retrying a timed-out POST)
+        sha256 = hashlib.sha256(raw).hexdigest()
+        result = await run_in_threadpool(
+            app.intake.accept, batch, client.client_id, source=API_SOURCE, sha256=sha256
+        )
+        if result.get("duplicate"):
+            response.status_code = 200
+        return result
+
+    @api.post("/hooks/forge", status_code=202, include_in_schema=False)
+    async def forge_webhook(request: Request) -> JSONResponse:
+        """A Gitea/Forgejo webhook delivery (signed with SAAS_EVAL_FORGE_WEBHOOK_SECRET)."""
+        raw = await _body(request, app.settings.max_file_bytes)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        status, outcome = app.webhooks.receive(headers, raw)
+        return JSONResponse({"ok": status < 400, "outcome": outcome}, status_code=status)
+
+    @api.get("/api/eval/batches", responses=problems)
+    def list_batches(
+        client: Caller,
+        response: Response,
+        page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+        limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    ) -> list[dict[str, Any]]:
+        """The caller's batches, newest first, paged (`X-Total-Count` has the total); the
+        cost follows the page, not the client's history."""
+        counts = views.count(client.client_id)
+        response.headers["X-Total-Count"] = str(sum(counts.values()))
+        rows = views.batches(client_id=client.client_id, limit=limit, offset=(page - 1) * limit)
+        return [for_client(row) for row in rows]
+
+    @api.get("/api/eval/batches/{batch_id}", responses=problems)
+    def get_batch(batch_id: str, client: Caller) -> dict[str, Any]:
+        """One batch: progress (with tasks still settling), counts per status, attempts and
+        delivery, and each task's issue, status and result."""
+        return owned(batch_id, client, tasks=True)
+
+    @api.get(
+        "/api/eval/batches/{batch_id}/report",
+        responses=problems | {200: {"content": {"application/json": {}}}},
+        response_class=Response,
+    )
+    def get_report(batch_id: str, client: Caller) -> Response:
+        """The report of an ended batch: the same bytes as `outbox/<batch_id>.json` and
+        the callback body (409 `not_finished` while it runs)."""
+        owned(batch_id, client)  # another client's answers 404
+        body = _report_body(app, app.store.get_batch(batch_id))
+        return Response(body, media_type="application/json")
+
+    @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
+    def emit(
+        batch_id: str, client: Caller, force: Annotated[bool, Query()] = False
+    ) -> dict[str, Any]:
+        """Deliver the report of a finished batch (again with `force`)."""
+        owned(batch_id, client)
+        return app.delivery.emit(batch_id, force=force)
+
+    @api.post("/api/eval/batches/{batch_id}/cancel", responses=problems)
+    def cancel(batch_id: str, client: Caller) -> dict[str, Any]:
+        """Cancel a running batch; finished results are kept, the report is emitted."""
+        owned(batch_id, client)
+        done = app.lifecycle.cancel(batch_id)
+        return {
+            "ok": True,
+            "batch_id": done.batch_id,
+            "status": done.status,
+            "charged": done.charged,
+        }
+
+    @api.post("/api/eval/batches/{batch_id}/retry", status_code=201, responses=problems)
+    def retry(batch_id: str, client: Caller) -> dict[str, Any]:
+        """Retry a failed or expired batch of the caller: a new batch with its failed and
+        aborted tasks, linked both ways (`retry_of`, `retried_by`), holding credits."""
+        owned(batch_id, client)
+        return app.retries.retry(batch_id, client_id=client.client_id)
+
+    return api
+
+
+def _report_body(app: App, batch: BatchRecord) -> str:
+    """A batch's report as the outbox file holds it (the report fixed when it ended)."""
+    if batch.status == BatchStatus.RUNNING:
+        raise NotFinished(
+            f"batch {batch.batch_id}: {batch.done}/{batch.total} tasks finished; the report "
+            "comes when it ends",
+            done=batch.done,
+            total=batch.total,
+        )
+    return report_bytes(batch.report or build_report(batch, app.store.get_tasks(batch.batch_id)))
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) as soon as it passes the limit: never parsed whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit():
+        check_size(int(declared), limit)
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        check_size(total, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
