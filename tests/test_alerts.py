@@ -1,6 +1,7 @@
-"""The README's alert rules, tested with `promtool test rules` (Debian's `prometheus`).
+"""The documented alert rules, tested with `promtool test rules` (Debian's `prometheus`).
 
-The rules are read from the README's "Alerts" block itself (the one copy operators paste);
+The rules are read from the "Alerts" block of docs/reference/metrics.md itself (the one copy
+operators paste);
 `tests/data/alerts_test.yml` feeds each alert a synthetic series it must fire on and one it
 must stay quiet on. Without promtool the test is skipped with the reason, except under
 CI=true, where that is a failure (`.ci/run` installs the package).
@@ -20,12 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "data" / "alerts_test.yml"
 
 
-def readme_rules() -> str:
-    """The yaml block of the README's "#### Alerts" section."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("#### Alerts") :]
+def documented_rules() -> str:
+    """The yaml block of the "## Alerts" section of the metrics reference page."""
+    page = (ROOT / "docs" / "reference" / "metrics.md").read_text(encoding="utf-8")
+    section = page[page.index("\n## Alerts\n") :]
     found = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
-    assert found, "README's Alerts section has no yaml block"
+    assert found, "the metrics page's Alerts section has no yaml block"
     return found.group(1)
 
 
@@ -45,13 +46,13 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_every_alert_fires_on_its_case_and_stays_quiet_on_another(tmp_path: Path) -> None:
     tool = promtool()
-    (tmp_path / "alerts.yml").write_text(readme_rules(), encoding="utf-8")
+    (tmp_path / "alerts.yml").write_text(documented_rules(), encoding="utf-8")
     shutil.copy(CASES, tmp_path / "alerts_test.yml")
     checked = _run(tool, "check", "rules", "alerts.yml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     tested = _run(tool, "test", "rules", "alerts_test.yml", cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    alerts = set(re.findall(r"- alert: (\w+)", readme_rules()))
+    alerts = set(re.findall(r"- alert: (\w+)", documented_rules()))
     tested_alerts = set(re.findall(r"alertname: (\w+)", CASES.read_text(encoding="utf-8")))
     assert alerts == tested_alerts  # no alert without its case
 
@@ -60,8 +61,8 @@ def test_a_rule_that_cannot_fire_fails_the_test(tmp_path: Path) -> None:
     """The harness catches an alert that never fires (the issue's `> 10` on a histogram
     whose buckets stopped at 10 s): the forge-slow case against buckets capped there."""
     tool = promtool()
-    capped = readme_rules().replace("> 10\n", "> 40\n", 1)  # above every bucket of the case
-    assert capped != readme_rules()
+    capped = documented_rules().replace("> 10\n", "> 40\n", 1)  # above every bucket of the case
+    assert capped != documented_rules()
     (tmp_path / "alerts.yml").write_text(capped, encoding="utf-8")
     shutil.copy(CASES, tmp_path / "alerts_test.yml")
     tested = _run(tool, "test", "rules", "alerts_test.yml", cwd=tmp_path)
