@@ -26,7 +26,7 @@ from typing import Any
 from _common import BenchResult, make_tasks, settings_for
 from _forge import ForgeProcess
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.forge.client import PAGE_LIMIT
 from dropbox_eval.models import TaskRecord
 from dropbox_eval.results.scout import SEARCH_OVERLAP
@@ -87,7 +87,7 @@ def measure_mode(
     mode = "shared repo" if shared else "one repo per batch"
     with tempfile.TemporaryDirectory(prefix="bench-farm-") as home:
         app = build(forge, home, batches, tasks, shared)
-        service = Service(app)
+        service = service_for(app)
         service.poll_cycle()  # cycle 1, full: every repo listed once
         time.sleep(SETTLED)  # the intake is older than the search's overlap: steady state
         service.poll_cycle()  # cycle 2
@@ -154,7 +154,7 @@ def measure_mode(
 
 def idle_service(forge: Any, home: str, batches: int, tasks: int, shared: bool) -> Service:
     """A farm in steady state: polled once, then past the search's overlap, then again."""
-    service = Service(build(forge, home, batches, tasks, shared, every=1000))
+    service = service_for(build(forge, home, batches, tasks, shared, every=1000))
     service.poll_cycle()
     time.sleep(SETTLED)
     service.poll_cycle()

@@ -24,8 +24,8 @@ from _common import BenchResult, add_history_ratios
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
 from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
-from dropbox_eval.store import _count
-from dropbox_eval.store.base import summary_row
+from dropbox_eval.store.archiving import _count
+from dropbox_eval.store.rows import summary_row
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
 
@@ -64,7 +64,7 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
         with app.store._index_change() as data:  # noqa: SLF001 - counted as archive() does
             _count(data["counts"], batch)
     key = app.billing.new_api_key("acme")
-    server = BackgroundServer(create_api(app), name="bench-api")
+    server = BackgroundServer(create_api(app.web), name="bench-api")
     url = server.start()
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {key}"

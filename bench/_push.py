@@ -31,7 +31,7 @@ from _common import (
 )
 from _forge import ForgeProcess
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.sandbox import SandboxForge
@@ -54,9 +54,9 @@ def wait(predicate: object, limit: float = 30.0) -> float:
 
 def running_service(app: App) -> tuple[Service, threading.Thread, BackgroundServer]:
     """The service with its HTTP server, registered as a webhook."""
-    server = BackgroundServer(create_api(app), name="bench-http")
+    server = BackgroundServer(create_api(app.web), name="bench-http")
     app.settings.forge_webhook_url = f"{server.start()}/hooks/forge"
-    service = Service(app)
+    service = service_for(app)
     thread = threading.Thread(target=service.run, name="bench-service", daemon=True)
     thread.start()
     return service, thread, server

@@ -144,7 +144,9 @@ def running(
         for client in clients:
             run.product.billing.add_client(client, FUNDS)
             run.inbox(client).mkdir(parents=True)
-        server = BackgroundServer(create_api(run.product), name="bench-http") if webhook else None
+        server = (
+            BackgroundServer(create_api(run.product.web), name="bench-http") if webhook else None
+        )
         if server is not None:
             run.product.settings.forge_webhook_url = f"{server.start()}/hooks/forge"
         service = run.service = Service(run.product)

@@ -43,7 +43,7 @@ def sign_in_burst(seconds: float) -> tuple[dict[int, int], int]:
     """Answers by status to wrong keys posted for `seconds`, and the right key's answer."""
     with tempfile.TemporaryDirectory(prefix="bench-bounds-") as home:
         app = build_app(load_settings(home=home, operator_key=KEY), with_forge=False)
-        server = BackgroundServer(create_web(app, lambda: {}))
+        server = BackgroundServer(create_web(app.web, lambda: {}))
         url = f"{server.start()}/operator/login"
         end = time.monotonic() + seconds
 

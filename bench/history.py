@@ -34,9 +34,8 @@ from _common import (
 )
 from _listing import listing_figures
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 
 TARGET_RATIO = 1.2
 
@@ -100,7 +99,7 @@ def run_series(
 
 def service_idle_cycle(app: App) -> float:
     """Seconds of one service poll cycle when every batch is emitted (history only)."""
-    service = Service(app)
+    service = service_for(app)
     service.forge.cycles = 1  # not the periodic full poll
     with Stopwatch() as watch:
         service.poll_cycle()

@@ -25,9 +25,8 @@ import time
 from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
 from _service import drop
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 
 TASKS = 10
 TARGET_RATIO = 1.5
@@ -81,7 +80,7 @@ def measure(forge: SandboxForge, drops: int, broken: bool, hanging_url: str) -> 
             (settings.inbox_path / client).mkdir(parents=True)
         if broken:
             break_client_a(app, forge, hanging_url)
-        service = Service(app)
+        service = service_for(app)
         thread = threading.Thread(target=service.run, name="bench-service", daemon=True)
         thread.start()
         latencies: list[float] = []

@@ -30,9 +30,8 @@ from pathlib import Path
 from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
 from _push import push_figures
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import build_app, service_for
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 
 TARGET_P50_MS = 100.0
 WAIT_LIMIT = 30.0
@@ -69,7 +68,7 @@ def measure(
         inbox = settings.inbox_path / "bench"
         inbox.mkdir(parents=True)
         accepted = inbox / "accepted"
-        service = Service(app)
+        service = service_for(app)
         thread = threading.Thread(target=service.run, name="bench-service", daemon=True)
         thread.start()
         deadline = time.monotonic() + 10

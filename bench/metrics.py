@@ -65,7 +65,8 @@ def add_batch(app: App, n: int, *, archive: bool) -> None:
     )
     entry = {"client_id": "acme", "batch_id": batch_id, "balance_after": 0, "at": now}
     hold = LedgerEntry(amount=0, held_change=1, kind="hold", **entry)
-    app.store.create_batch(batch, [task], hold)
+    with app.store.transaction() as tx:
+        tx.record_batch(batch, [task], hold)
     if not archive:
         return
     app.store.update_tasks(batch_id, {"t0": {"status": TaskStatus.PASSED, "finished_at": now}})
@@ -88,7 +89,7 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
     add_batch(app, batches, archive=False)
     counts = {"emitted": batches, "running": 1}
     assert app.store.count_batches() == {k: n for k, n in counts.items() if n}
-    server = BackgroundServer(create_web(app, lambda: {}), name="bench-web")
+    server = BackgroundServer(create_web(app.web, lambda: {}), name="bench-web")
     url = server.start()
     session = requests.Session()
     session.post(f"{url}/operator/login", data={"key": KEY}, timeout=30).raise_for_status()

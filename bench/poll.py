@@ -41,7 +41,7 @@ from _common import (
 )
 from _farm import farm_figures
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.forge.client import PAGE_LIMIT, GiteaClient
 from dropbox_eval.sandbox import LaneConfig, SandboxForge
 from dropbox_eval.service import Service
@@ -141,7 +141,7 @@ def main() -> None:
         batch_id = submitted["batch_id"]
         repo = app.store.get_batch(batch_id).repo
         numbers = sorted(int(i["issue_number"]) for i in submitted["issues"])
-        service = Service(app)
+        service = service_for(app)
         # The 1 s `since` overlap lists issues created in the second before the previous
         # listing again, and while results settle the listing shows open issues too: in
         # service, intake and closures are minutes apart, so let the intake's second pass.

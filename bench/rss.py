@@ -56,8 +56,7 @@ def child_service(
     url: str, token: str, user: str, batches: int, tasks: int, shared: bool
 ) -> dict[str, Any]:
     """Take the batches in, wait for the lane (parent), run two poll cycles; report RSS."""
-    from dropbox_eval.app import build_app
-    from dropbox_eval.service import Service
+    from dropbox_eval.app import build_app, service_for
 
     out: dict[str, Any] = {"after_batch_kib": []}
     extra = {"repo": f"{user}/rss-{time.monotonic_ns()}"} if shared else {}
@@ -74,7 +73,7 @@ def child_service(
         out["intake_s"] = intake.seconds
         print(json.dumps({"repos": repos}), flush=True)
         sys.stdin.readline()  # the parent's lane closed some issues
-        service = Service(app)
+        service = service_for(app)
         out["before_cycles_kib"] = reset_peak()
         with Stopwatch() as full:
             service.poll_cycle()

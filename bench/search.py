@@ -36,9 +36,8 @@ from _common import (
     settings_for,
 )
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import build_app, forge_worker
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.workers import ForgeWorker
 
 TARGET = 1.2
 
@@ -57,7 +56,7 @@ def _instance(others: int, batches: int) -> tuple[SandboxForge, list[tuple[str, 
         app.billing.add_client("bench", 0)
         for _ in range(batches):
             app.intake.submit_batch("bench", make_tasks(5))
-        worker = ForgeWorker(app, threading.Event(), lambda what, exc: None)
+        worker = forge_worker(app, threading.Event(), lambda what, exc: None)
         wait(worker.cycle())  # the first cycle lists every repo once
         forge.clear_requests()
         wait(worker.cycle())  # then the search

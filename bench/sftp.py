@@ -32,10 +32,9 @@ from pathlib import Path
 
 from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import build_app, service_for
 from dropbox_eval.config import Settings
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 from dropbox_eval.sftp.keys import KeyStore
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
@@ -151,7 +150,7 @@ def measure(forge: SandboxForge, variant: str, drops: int, tasks: int) -> list[f
         for index in range(drops + 1):
             data = {"batch_ref": f"drop-{index}", "tasks": make_tasks(tasks, f"d{index}-")}
             (source / f"b{index}.json").write_text(json.dumps(data), encoding="utf-8")
-        service = Service(app)
+        service = service_for(app)
         thread = threading.Thread(target=service.run, name="bench-service", daemon=True)
         thread.start()
         deadline = time.monotonic() + 10

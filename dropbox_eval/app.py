@@ -1,9 +1,13 @@
-"""App: every part wired once from the settings (the only place that wires)."""
+"""The composition root: every part built once from the settings, in order, each given
+the collaborators and hooks it uses; nothing is wired after it is built. `build_app` makes
+the parts a command uses; `build_service` makes the service with its workers."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .billing.accounts import Billing
 from .config import Settings
@@ -15,21 +19,34 @@ from .forge.scheduler import ForgeScheduler
 from .forge.transport import forge_outcome
 from .inbox import Inbox
 from .intake.accept import Intake
+from .intake.opening import IssueOpener
 from .intake.pause import Pause
 from .intake.resubmit import Retries
 from .lifecycle.attempts import Attempts
-from .lifecycle.closing import Settler
+from .lifecycle.closing import BatchCloser
 from .lifecycle.ending import Lifecycle
 from .models import TaskRecord
+from .ops.metrics import Metrics
 from .ops.statecheck import StateCheck
 from .protocol.callbacks import CallbackPolicy
 from .protocol.rejections import RejectionLog
 from .results.poller import Poller
 from .results.webhooks import Nudges, WebhookReceiver
+from .service import Service, Workers
 from .store import Store
+from .store.engine import TinyDBStore
 from .store.secrecy import make_state_private
 from .store.statefolder import check_state_path, has_state, make_drop_folders, no_state
-from .web.metrics import Metrics
+from .util.alarm import Alarm
+from .web.parts import WebParts
+from .workers.delivery import DeliveryWorker
+from .workers.guard import Report
+from .workers.inbox import InboxWorker
+from .workers.opening import OpenWorker
+from .workers.polling import ForgeWorker, PollingStages
+from .workers.status import StatusFile, now_text
+from .workers.supervisor import Supervisor
+from .workers.wakes import Wakes
 
 
 @dataclass
@@ -43,7 +60,7 @@ class App:
     inbox: Inbox
     intake: Intake
     poller: Poller
-    settler: Settler
+    closer: BatchCloser
     lifecycle: Lifecycle
     delivery: Delivery
     nudges: Nudges
@@ -52,6 +69,23 @@ class App:
     pause: Pause
     retries: Retries
     metrics: Metrics = field(default_factory=Metrics)
+
+    @property
+    def web(self) -> WebParts:
+        """What the web app (`serve`, `run --http-port`) uses of these parts."""
+        return WebParts(
+            settings=self.settings,
+            store=self.store,
+            billing=self.billing,
+            intake=self.intake,
+            delivery=self.delivery,
+            lifecycle=self.lifecycle,
+            retries=self.retries,
+            webhooks=self.webhooks,
+            gitea=self.gitea,
+            pause=self.pause,
+            metrics=self.metrics,
+        )
 
 
 def forge_scheduler(
@@ -73,32 +107,134 @@ def forge_scheduler(
 
 
 def build_app(settings: Settings, *, with_forge: bool = True, create: bool = True) -> App:
-    """Wire store, billing, forge client, the stages and the inbox from settings.
+    """Every part a command uses, for a process without the service's workers: a batch's
+    issues are opened at once, as one visit under its stored schedule.
 
     Without `create`, a state folder that holds no state is NoState (exit 2) and nothing
     is made: only the commands that set a service up create one (statefolder.py).
-
-    Forge calls and callbacks are tried once per visit: the durable schedule of each
-    batch decides the next visit (attempts.py), so no worker ever sleeps on a retry.
     """
+    return _build(settings, with_forge=with_forge, create=create, service=None, metrics=None)
+
+
+def build_service(
+    settings: Settings,
+    *,
+    polling: bool | None = None,
+    create: bool = True,
+    metrics: Metrics | None = None,
+) -> tuple[App, Service]:
+    """The service and every part it runs: each part is given the hooks to the workers
+    (opener, delivery, alarms, status) as it is built, in order; nothing is wired later.
+    `polling`: True polls the inbox, False uses inotify, None takes `SAAS_EVAL_POLLING`,
+    and when that is unset too polls only an inbox on a network or FUSE filesystem.
+    `metrics`: the process's metrics when they exist already (else new ones)."""
+    running = _Running(settings.state_path / "service.json")
+    app = _build(settings, with_forge=True, create=create, service=running, metrics=metrics)
+    choice = settings.polling if polling is None else polling
+    inbox = InboxWorker(
+        app.inbox,
+        settings,
+        running.stop,
+        running.status.report,
+        polling=choice,
+        wake=running.wakes.inbox,
+    )
+    assert running.opener is not None
+    status = running.status
+    forge = ForgeWorker(
+        PollingStages(
+            settings, app.store, app.gitea, app.lifecycle, app.poller, app.nudges, app.metrics
+        ),
+        running.stop,
+        status.report,
+        running.opener,
+        on_full=lambda: status.check_state(app.statecheck),
+        on_cycle=lambda cycles: status.set(last_poll_at=now_text(), cycles=cycles),
+        now=running.wakes.forge,
+    )
+    delivery = DeliveryWorker(
+        app.store, app.delivery, running.stop, status.report, wake=running.wakes.delivery
+    )
+    workers = Workers(
+        inbox,
+        running.opener,
+        forge,
+        delivery,
+        Supervisor(
+            running.stop,
+            {"inbox-worker": inbox, "forge-worker": forge, "delivery-worker": delivery},
+        ),
+        running.alarm,
+        running.stop,
+        status,
+        running.wakes,
+    )
+    return app, Service(settings, app.store, app.gitea, app.pause, app.statecheck, workers)
+
+
+def service_for(app: App, *, polling: bool | None = None) -> Service:
+    """A service over the same state and settings as `app` (its own parts, with the
+    workers' hooks, the process's metrics): for a caller that set the state up with `app`
+    first."""
+    return build_service(app.settings, polling=polling, metrics=app.metrics)[1]
+
+
+def forge_worker(app: App, stop: threading.Event, report: Report) -> ForgeWorker:
+    """A forge worker over `app`'s stages, with an opener of its own and no service
+    around it (a test or a bench drives its cycles)."""
+    opener = OpenWorker(app.store, app.intake.opener, app.lifecycle, report)
+    stages = PollingStages(
+        app.settings, app.store, app.gitea, app.lifecycle, app.poller, app.nudges, app.metrics
+    )
+    return ForgeWorker(stages, stop, report, opener)
+
+
+class _Running:
+    """What the service's parts are given before the workers exist: the events that wake
+    them, the alarm, the status file, the stop event, and (once the stages it drives are
+    built) the opener."""
+
+    def __init__(self, status_path: Path) -> None:
+        self.stop = threading.Event()
+        self.status = StatusFile(status_path)
+        self.alarm = Alarm("alarm")
+        self.wakes = Wakes()
+        self.opener: OpenWorker | None = None
+
+    def retry_later(self, seconds: float, call: Callable[[], None]) -> None:
+        """`call()` in `seconds`, unless the service is stopping by then."""
+
+        def unless_stopping() -> None:
+            if not self.stop.is_set():
+                call()
+
+        self.alarm.after(seconds, unless_stopping)
+
+    def settle_alarm(self, repo: str, seconds: float) -> None:
+        """Visit `repo` when its first settling result is due."""
+        self.alarm.after(seconds, lambda: self.wakes.nudges.add(repo))
+
+
+def _build(
+    settings: Settings,
+    *,
+    with_forge: bool,
+    create: bool,
+    service: _Running | None,
+    metrics: Metrics | None,
+) -> App:
+    """Store, billing, forge client, the stages and the inbox, in order, each given what
+    it uses. Forge calls and callbacks are tried once per visit: the durable schedule of
+    each batch decides the next visit (attempts.py), so no worker ever sleeps on a retry."""
     check_state_path(settings)
     new_state = not has_state(settings.state_path)  # an empty mount point counts as new
     if new_state and not create:
         raise no_state(settings)
     make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
-    store = Store(settings.state_path)
+    store: Store = TinyDBStore(settings.state_path)
     billing = Billing(store, settings.task_price)
-    metrics = Metrics(settings.forge_timeout)
-    gitea = None
-    if with_forge and settings.gitea_url and settings.gitea_token:
-        gitea = GiteaClient(
-            settings.gitea_url,
-            settings.gitea_token,
-            timeout=settings.forge_timeout,
-            label_lock=settings.state_path / "labels.lock",
-            scheduler=forge_scheduler(settings, metrics.set_forge_inflight_limit),
-            observe=metrics.observe_forge,  # every forge call is counted and timed
-        )
+    metrics = metrics or Metrics(settings.forge_timeout)
+    gitea = _forge_client(settings, metrics) if with_forge else None
     emitter = Emitter(
         FileEmitter(settings.outbox_path),
         WebhookEmitter(timeout=settings.callback_timeout),
@@ -113,18 +249,44 @@ def build_app(settings: Settings, *, with_forge: bool = True, create: bool = Tru
         delivery_base=settings.delivery_retry_base,
         delivery_max_attempts=settings.delivery_max_attempts,
     )
-    settler = Settler(store, billing)
-    poller = Poller(store, gitea, settings, settler.close)
+    wakes = service.wakes if service is not None else None
+    pause = Pause(settings.state_path, on_resume=wakes.resumed if wakes is not None else None)
+    closer = BatchCloser(store, billing, on_closed=wakes.batch_closed if wakes else None)
+    poller = Poller(
+        store,
+        gitea,
+        settings,
+        closer.close,
+        on_settling=service.settle_alarm if service is not None else None,
+    )
     lifecycle = Lifecycle(
         store,
         gitea,
         settings,
         poller.poll_completed,
         poller.reader.read_now,
-        settler.close,
+        closer.close,
         attempts,
+        paused=pause.since,
+        on_error=service.status.report if service is not None else None,
     )
-    intake = Intake(store, billing, gitea, settings)
+    opener = IssueOpener(store, gitea, settings, paused=pause.since)
+
+    def open_now(batch_id: str, tasks: list[TaskRecord] | None = None) -> object:
+        return lifecycle.visit(batch_id, opener.open_issues, batch_id, tasks)
+
+    with_issues = gitea is not None  # without a service, a batch's issues open at once
+    intake = Intake(
+        store, billing, gitea, settings, opener=opener, open_now=open_now if with_issues else None
+    )
+    on_recorded: Callable[[str, str], object] | None = None
+    if service is not None:
+        service.opener = OpenWorker(
+            store, opener, lifecycle, service.status.report, retry_at=service.retry_later
+        )
+        on_recorded = service.opener.offer  # the receipt is out: the opener takes it
+    elif with_issues:
+        on_recorded = lambda batch_id, _client: open_now(batch_id)  # noqa: E731
     inbox = Inbox(
         settings.inbox_path,
         store,
@@ -133,22 +295,13 @@ def build_app(settings: Settings, *, with_forge: bool = True, create: bool = Tru
         max_file_bytes=settings.max_file_bytes,
         max_tasks=settings.max_tasks,
         stale_after=settings.stale_upload_seconds,
+        paused=pause.since,
+        on_recorded=on_recorded,
+        on_reject=RejectionLog(settings.state_path).append,
+        on_filed=metrics.observe_drop,
     )
-    if gitea is not None:  # without a service, a batch's issues are opened at once
-
-        def open_now(batch_id: str, tasks: list[TaskRecord] | None = None) -> object:
-            return lifecycle.visit(batch_id, intake.open_issues, batch_id, tasks)
-
-        intake.open_now = open_now
-        inbox.on_recorded = lambda batch_id, _client: open_now(batch_id)
-    pause = Pause(settings.state_path)
-    inbox.paused = intake.opener.paused = lifecycle.paused = pause.since
-    inbox.on_reject = RejectionLog(settings.state_path).append
-    inbox.on_filed = metrics.observe_drop
     make_drop_folders(settings, new_state=new_state)
-    nudges = Nudges()
-    webhooks = WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges)
-    delivery = Delivery(store, emitter, settings, attempts)
+    nudges = wakes.nudges if wakes is not None else Nudges()
     return App(
         settings,
         store,
@@ -157,13 +310,27 @@ def build_app(settings: Settings, *, with_forge: bool = True, create: bool = Tru
         inbox,
         intake,
         poller,
-        settler,
+        closer,
         lifecycle,
-        delivery,
+        Delivery(store, emitter, settings, attempts),
         nudges,
-        webhooks,
+        WebhookReceiver(settings.forge_webhook_secret, store.live_repos, nudges),
         StateCheck(store, billing, settings.delivery_max_attempts),
         pause,
         Retries(intake, pause),
         metrics,
+    )
+
+
+def _forge_client(settings: Settings, metrics: Metrics) -> GiteaClient | None:
+    """The forge client when a forge is configured: every call counted and timed."""
+    if not (settings.gitea_url and settings.gitea_token):
+        return None
+    return GiteaClient(
+        settings.gitea_url,
+        settings.gitea_token,
+        timeout=settings.forge_timeout,
+        label_lock=settings.state_path / "labels.lock",
+        scheduler=forge_scheduler(settings, metrics.set_forge_inflight_limit),
+        observe=metrics.observe_forge,
     )

@@ -19,7 +19,7 @@ import requests
 from click.testing import CliRunner, Result
 from fastapi import FastAPI
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.delivery.emitter import WebhookEmitter
@@ -76,7 +76,7 @@ def operator_web(app: App) -> Iterator[tuple[str, FastAPI]]:
     """The web app over `app` with the operator key OPERATOR_KEY, on a loopback port, and the
     app itself (its `state` holds the page's sessions and sign-in throttle)."""
     app.settings.operator_key = OPERATOR_KEY
-    api = create_web(app, lambda: {})
+    api = create_web(app.web, lambda: {})
     server = BackgroundServer(api)
     yield server.start(), api
     server.stop()
@@ -214,9 +214,15 @@ def isolated_cli(home: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatc
 
 @contextlib.contextmanager
 def serving(app: App) -> Iterator[Service]:
-    """`app` run as the service (`dropbox-eval run`) in a thread for as long as the block
-    runs: watcher, opener, poller, delivery."""
-    service = Service(app)
+    """A service over `app`'s state run (`dropbox-eval run`) in a thread for as long as
+    the block runs: watcher, opener, poller, delivery."""
+    with running(service_for(app)) as service:
+        yield service
+
+
+@contextlib.contextmanager
+def running(service: Service) -> Iterator[Service]:
+    """`service` run in a thread for as long as the block runs."""
     thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
     thread.start()
     assert wait_for(lambda: service.status.get("state") == "running", 60)
@@ -232,7 +238,7 @@ def serving(app: App) -> Iterator[Service]:
 def served(app: App) -> Iterator[str]:
     """The HTTP server (API, metrics, health, page) over `app` on a loopback port, as
     `serve` runs it, for as long as the block runs; its base URL."""
-    server = BackgroundServer(create_web(app, lambda: {}))
+    server = BackgroundServer(create_web(app.web, lambda: {}))
     try:
         yield server.start()
     finally:

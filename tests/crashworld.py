@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Receiver, settings_on, tasks
+from helpers import finish_issues
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import build_app, service_for
 from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.config import load_settings
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.ops.statecheck import StateCheck
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
-from dropbox_eval.store import Store
+from dropbox_eval.store import BatchRow
+from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.util.fileio import write_atomically
 
 CREDITS = 50
@@ -54,8 +55,8 @@ class World:
     def settings(self) -> Any:
         return load_settings(home=self.home)
 
-    def store(self) -> Store:
-        return Store(self.settings.state_path)
+    def store(self) -> TinyDBStore:
+        return TinyDBStore(self.settings.state_path)
 
     def env(self, crash: str | None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
@@ -93,7 +94,7 @@ class World:
         a service started afresh on the same state, which is what a restart is."""
         if crash is not None:
             return self.command("run", "--once", crash=crash)
-        service = Service(build_app(settings_on(self.forge, self.home, **SETTINGS)))
+        service = service_for(build_app(settings_on(self.forge, self.home, **SETTINGS)))
         runner = threading.Thread(target=service.run, kwargs={"once": True}, daemon=True)
         runner.start()
         runner.join(PASS_TIMEOUT)
@@ -113,36 +114,32 @@ class World:
         self.drops.append(name)
 
     def drop_cancel(self) -> None:
-        batch_id = self.batch()["batch_id"]
+        batch_id = self.batch().batch_id
         path = self.settings.inbox_path / "acme" / f"cancel-{batch_id}.json"
         if not (self.settings.inbox_path / "acme" / "accepted" / path.name).exists():
             write_atomically(path, "{}")
 
-    def batch(self) -> dict[str, Any]:
+    def batch(self) -> BatchRow:
         (row,) = self.store().list_batches()
         return row
 
     def close_issues(self) -> None:
         """The lane: every open issue of the client's repos passes."""
         for repo in self.repos():
-            for issue in self.forge.issues(self.forge.user, repo):
-                if issue["state"] == "open":
-                    self.forge.finish_issue(
-                        self.forge.user, repo, issue["number"], comment="ok", labels=["eval-pass"]
-                    )
+            finish_issues(self.forge, f"{self.forge.user}/{repo}")
 
     def expire_now(self) -> None:
         store = self.store()
         batch = self.batch()
-        if batch["status"] == BatchStatus.RUNNING:
-            store.update_batch(batch["batch_id"], deadline=_past())
+        if batch.status == BatchStatus.RUNNING:
+            store.update_batch(batch.batch_id, deadline=_past())
 
     def repos(self) -> list[str]:
         return sorted(n for _o, n in list(self.forge.state.repos) if n.startswith("eval-acme"))
 
     def ended(self) -> bool:
         rows = self.store().list_batches()
-        return len(rows) == len(self.drops) and all(r["status"] in ENDED for r in rows)
+        return len(rows) == len(self.drops) and all(r.status in ENDED for r in rows)
 
 
 Step = Callable[[World], None]
@@ -182,7 +179,7 @@ def assert_invariants(world: World, *, callback: bool = False) -> None:
     rows = store.list_batches()
     assert len(rows) == len(world.drops), (rows, kills)
     for row in rows:
-        batch = store.get_batch(row["batch_id"])
+        batch = store.get_batch(row.batch_id)
         assert batch.status in ENDED and batch.emitted_at is not None, (batch, kills)
         repo = batch.repo.split("/")[1]
         titles = [i["title"] for i in world.forge.issues(world.forge.user, repo)]
@@ -200,7 +197,7 @@ def assert_invariants(world: World, *, callback: bool = False) -> None:
             assert out.read_text(encoding="utf-8") == report, kills
     client = store.get_client("acme")
     assert client is not None
-    charged = sum(store.get_batch(r["batch_id"]).charged or 0 for r in rows)
+    charged = sum(store.get_batch(r.batch_id).charged or 0 for r in rows)
     assert (client.balance, client.held) == (CREDITS - charged, 0), (client, kills)
     ledger = store.ledger("acme")
     assert sum(e.amount for e in ledger) == client.balance, kills

@@ -1,4 +1,4 @@
-"""Seventeen lane histories and the report row each one means (issue 29), and a player
+"""Seventeen lane histories and the report row each one means, and a player
 that makes a history happen on the sandbox forge.
 
 A history is a list of (instant, action, argument), instants in seconds from its start, the

@@ -28,9 +28,8 @@ from typing import Any
 import paramiko
 from conftest import settings_on, wait_for
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 from dropbox_eval.sftp.keys import KeyStore
 
 
@@ -156,7 +155,7 @@ def running_stack(
             (app.settings.inbox_path / folder).mkdir(parents=True, exist_ok=True)
         for client in clients:
             register(app, client, keys[client])
-        service = Service(app)
+        service = service_for(app)
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
         assert wait_for(lambda: service.status.get("last_poll_at") is not None)

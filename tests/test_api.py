@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from conftest import tasks
+from conftest import read_json, tasks
+from helpers import drop
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
@@ -22,7 +23,7 @@ from dropbox_eval.web.api import create_api
 
 @pytest.fixture
 def api(app: App) -> Iterator[str]:
-    server = BackgroundServer(create_api(app), name="api")
+    server = BackgroundServer(create_api(app.web), name="api")
     yield server.start()
     server.stop()
 
@@ -99,7 +100,8 @@ def test_clients_are_isolated_and_keys_required(api: str, keys: dict[str, str]) 
 def test_a_reserved_client_id_is_refused(
     api: str, keys: dict[str, str], app: App, forge: SandboxForge
 ) -> None:
-    """Issue 19: the body's `client_id` and the client an API key stands for."""
+    """An id the inbox uses for its own folders is no client's: neither in the body's
+    `client_id` nor as the client an API key stands for."""
     forge.clear_requests()
     claim = _call(api, keys["acme"], "POST", "", json={"client_id": "Accepted", "tasks": tasks(1)})
     assert claim.status_code == 422 and claim.json()["reason"] == "reserved_client_id"
@@ -127,7 +129,7 @@ def test_api_has_no_server_errors(api: str, keys: dict[str, str]) -> None:
     schema = schemathesis.openapi.from_url(f"{api}/openapi.json")
     auth = {"Authorization": f"Bearer {keys['acme']}"}
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 7  # the report route (issue 19) and retry (issue 22) included
+    assert len(operations) == 7  # the report route and retry included
     for operation in operations:
 
         @given(case=operation.as_strategy())
@@ -147,3 +149,19 @@ def test_a_retried_post_is_the_same_batch(api: str, keys: dict[str, str], app: A
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["batch_id"] == first.json()["batch_id"]
     assert app.billing.client("acme").held == 4
+
+
+def test_every_api_error_is_a_problem_document_and_a_non_http_callback_is_refused(
+    api: str, app: App, funded: str
+) -> None:
+    unknown = requests.get(f"{api}/no/such/path", timeout=30)
+    assert unknown.status_code == 404 and unknown.json()["ok"] is False
+    headers = {"Authorization": f"Bearer {app.billing.new_api_key(funded)}"}
+    body = {"callback_url": "ftp://example.com/hook", "tasks": tasks(1)}
+    answer = requests.post(f"{api}/api/eval/batches", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 422 and answer.json()["reason"] == "callback_refused"
+    path = drop(app.inbox.root, "ftp.json", body, funded)  # the same batch by file
+    app.inbox.process(path)
+    assert read_json(path.with_name("rejected") / "ftp.json.error.json")["reason"] == (
+        "callback_refused"
+    )

@@ -2,84 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
-from dropbox_eval.forge.wire import ForgeIssue, ForgeTimelineEntry
+from timelines import RULES, SETTLE, History, at
+
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.results.asof import as_of, settled_change
-from dropbox_eval.results.lane import VerdictRules, read_result
-
-T0 = datetime(2026, 12, 2, 8, 0, 0, tzinfo=UTC)
-SETTLE = timedelta(seconds=10)
-RULES = VerdictRules(
-    labels={"eval-pass": TaskStatus.PASSED, "eval-fail": TaskStatus.FAILED},
-    merged=TaskStatus.PASSED,
-    unmerged=TaskStatus.NO_VERDICT,
-    lane_login="lane-bot",
-    lane_marker="<!-- controller:",
-)
-
-
-def at(seconds: int) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-class History:
-    """A timeline built entry by entry, and the issue as it stands after it."""
-
-    def __init__(self) -> None:
-        self.entries: list[ForgeTimelineEntry] = []
-        self.labels: list[str] = []
-        self.state = "open"
-
-    def add(self, second: int, kind: str, **fields: Any) -> ForgeTimelineEntry:
-        data = {"id": len(self.entries) + 1, "type": kind, "created_at": at(second), **fields}
-        entry = ForgeTimelineEntry.model_validate(data)
-        self.entries.append(entry)
-        if kind in ("close", "reopen"):
-            self.state = "closed" if kind == "close" else "open"
-        return entry
-
-    def label(self, second: int, name: str, *, on: bool = True) -> None:
-        self.add(second, "label", body="1" if on else "", label={"name": name})
-        if on:
-            self.labels.append(name)
-        else:
-            self.labels.remove(name)
-
-    def comment(self, second: int, body: str, who: str = "lane-bot", edited: int | None = None):
-        return self.add(
-            second,
-            "comment",
-            body=body,
-            user={"login": who},
-            updated_at=at(edited if edited is not None else second),
-        )
-
-    def issue(self) -> ForgeIssue:
-        last = max(e.changed_at for e in self.entries)
-        closes = [e.created_at for e in self.entries if e.type == "close"]
-        return ForgeIssue(
-            number=1,
-            title="t",
-            state=self.state,
-            labels=sorted(self.labels),
-            html_url="",
-            updated_at=last,
-            closed_at=closes[-1] if self.state == "closed" and closes else None,
-        )
-
-    def settled(self, now: int) -> tuple[str, str, bool] | None:
-        """(status, summary, edited after) as of the settle moment, or None."""
-        issue = self.issue()
-        last = settled_change(issue, self.entries, SETTLE, at(now))
-        if last is None:
-            return None
-        then = as_of(issue, self.entries, last, SETTLE)
-        reading = read_result(then.issue, then.timeline, RULES, moment=last)
-        result = reading.result
-        return str(reading.status), result.summary, result.summary_edited_after_settle
+from dropbox_eval.results.lane import read_result
 
 
 def test_changes_after_the_settle_moment_are_cut_off() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import Cli, Receiver, isolated_cli, serving, settings_on, tasks, wait_for
 from filelock import FileLock
+from helpers import finish_issues
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.errors import DeliveryError
@@ -50,11 +51,7 @@ def world(tmp_path: Path, forge: SandboxForge, monkeypatch: pytest.MonkeyPatch) 
 def _finished(app: App, forge: SandboxForge, callback_url: str | None = None) -> str:
     """A batch whose every task the lane finished, polled: its report is due."""
     batch_id = str(app.intake.submit_batch("acme", tasks(2), callback_url=callback_url)["batch_id"])
-    repo = app.store.get_batch(batch_id).repo
-    owner, name = repo.split("/")
-    for task in app.store.get_tasks(batch_id):
-        assert task.issue_number is not None
-        forge.finish_issue(owner, name, task.issue_number, comment="ok", labels=["eval-pass"])
+    finish_issues(forge, app.store.get_batch(batch_id).repo)
     app.poller.poll_completed(batch_id)
     assert app.store.get_batch(batch_id).status == BatchStatus.COMPLETED
     return batch_id

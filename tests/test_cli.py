@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import tasks
+from helpers import finish_issues
 
 from dropbox_eval.cli import main
 from dropbox_eval.sandbox import SandboxForge
@@ -59,9 +60,9 @@ def test_submit_batches_batch_poll_emit(
     assert [(r["batch_id"], r["status"], r["total"]) for r in listed] == [(batch_id, "running", 2)]
     assert "running" in cli("batches").output
     assert cli("emit", batch_id).exit_code == 1
-    owner, name = json.loads(cli("batch", batch_id, "--json").output)["repo"].split("/")
-    for issue in forge.issues(owner, name):
-        forge.finish_issue(owner, name, issue["number"], comment="Fine.", labels=["eval-pass"])
+    finish_issues(
+        forge, json.loads(cli("batch", batch_id, "--json").output)["repo"], comment="Fine."
+    )
     polled = json.loads(cli("poll", "--json").output)
     assert sorted(polled[batch_id]) == ["t1", "t2"]
     detail = json.loads(cli("batch", batch_id, "--json").output)
@@ -104,9 +105,7 @@ def test_watch_follows_until_the_batch_ends(
     listing = cli("batches").output
     assert "----------" in listing  # an empty progress bar
     assert batch_id in listing  # whole, even when not printed to a terminal
-    owner, name = json.loads(cli("batch", batch_id, "--json").output)["repo"].split("/")
-    for issue in forge.issues(owner, name):
-        forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    finish_issues(forge, json.loads(cli("batch", batch_id, "--json").output)["repo"])
     cli("run", "--once")
     assert "##########" in cli("batches").output  # a full one
     watched = cli("watch", batch_id, "--interval", "0.1")

@@ -1,4 +1,4 @@
-"""CLI conventions (issue 13): help, version, flags anywhere, read-only commands, exit codes."""
+"""CLI conventions: help, version, flags anywhere, read-only commands, exit codes."""
 
 from __future__ import annotations
 
@@ -279,7 +279,7 @@ def test_every_documented_exit_code_is_reachable(cli: Cli) -> None:
     assert reached == set(EXIT_CODES)
 
 
-# -- issue 21: --json everywhere, JSON errors, status exit codes, flags, help, reference --------
+# -- scripts: --json everywhere, JSON errors, status exit codes, flags, help, reference --------
 
 SERVICES = {("run",), ("serve",)}  # they print logs (--log-format json), not data
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 from conftest import Cli, isolated_cli, tasks
+from helpers import closed_port, finish_issues
 
 from dropbox_eval.errors import EXIT_FAILED, EXIT_USAGE
 from dropbox_eval.sandbox import SandboxForge
@@ -40,9 +40,7 @@ def test_a_bad_sandbox_variable_is_one_line_naming_it_exit_2(
 
 
 def _finish(cli: Cli, batch_id: str) -> None:
-    owner, name = json.loads(cli("batch", batch_id, "--json").stdout)["repo"].split("/")
-    for issue in cli.forge.issues(owner, name):
-        cli.forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    finish_issues(cli.forge, json.loads(cli("batch", batch_id, "--json").stdout)["repo"])
     assert cli("poll", batch_id).exit_code == 0
     assert cli("emit", batch_id).exit_code == 0
 
@@ -129,16 +127,10 @@ def test_run_once_exits_1_when_a_forge_visit_failed(cli: Cli) -> None:
     cli("clients", "add", "acme", "--credits", "10")
     cli.submit(1)
     assert cli("run", "--once").exit_code == 0  # the forge answered: nothing failed
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{closed_port()}"
     failed = cli("run", "--once", "--gitea-url", dead)
     assert failed.exit_code == EXIT_FAILED, failed.output
     assert "forge visit(s) failed in this pass" in failed.stderr
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_batches_rows_have_the_same_fields_with_or_without_all(cli: Cli) -> None:

@@ -14,7 +14,7 @@ from conftest import PATIENCE
 
 from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.cli import COMMANDS, main
-from dropbox_eval.store import Store
+from dropbox_eval.store.engine import TinyDBStore
 
 PROBE = """
 import json, runpy, sys
@@ -47,7 +47,7 @@ def test_help_and_version_load_no_library_but_click(args: list[str], tmp_path: P
 
 
 def test_status_loads_no_web_framework_ssh_server_or_forge_client(tmp_path: Path) -> None:
-    Billing(Store(tmp_path / "state"), 1).add_client("acme", 5)  # a state to read
+    Billing(TinyDBStore(tmp_path / "state"), 1).add_client("acme", 5)  # a state to read
     loaded = loaded_by("--home", str(tmp_path), "status", "--json", cwd=tmp_path)
     assert not {"fastapi", "uvicorn", "asyncssh", "requests"} & set(loaded), loaded
     assert "tinydb" in loaded  # it did read the state

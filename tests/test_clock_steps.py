@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PATIENCE, Receiver, tasks, wait_for
+from helpers import finish_issues
 
 from dropbox_eval.app import App
 from dropbox_eval.billing.accounts import Billing
@@ -29,7 +30,7 @@ from dropbox_eval.errors import ForgeRetryable
 from dropbox_eval.lifecycle.attempts import Attempts
 from dropbox_eval.models import BatchRecord, utcnow
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.store import Store
+from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.util.clock import RetryClock
 from dropbox_eval.util.fileio import write_atomically
 
@@ -65,8 +66,8 @@ class Home:
         self.settings = load_settings(home=home)
         Billing(self.store(), 1).add_client("acme", 100)
 
-    def store(self) -> Store:
-        return Store(self.settings.state_path)
+    def store(self) -> TinyDBStore:
+        return TinyDBStore(self.settings.state_path)
 
     def start(self, offset: str) -> subprocess.Popen[bytes]:
         """`dropbox-eval run` with its wall clock `offset` from the real one."""
@@ -116,8 +117,8 @@ class Home:
         write_atomically(self.settings.inbox_path / "acme" / f"{name}.json", json.dumps(document))
 
     def batch(self, ref: str) -> BatchRecord | None:
-        rows = self.store().list_batches(lambda row: row["batch_ref"] == ref)
-        return self.store().get_batch(str(rows[0]["batch_id"])) if rows else None
+        rows = [row for row in self.store().list_batches() if row.batch_ref == ref]
+        return self.store().get_batch(rows[0].batch_id) if rows else None
 
     def opened(self, ref: str) -> bool:
         batch = self.batch(ref)
@@ -127,12 +128,7 @@ class Home:
         """The lane passes every open issue of the batch."""
         batch = self.batch(ref)
         assert batch is not None
-        owner, repo = batch.repo.split("/")
-        for issue in self.forge.issues(owner, repo):
-            if issue["state"] == "open":
-                self.forge.finish_issue(
-                    owner, repo, issue["number"], comment="ok", labels=["eval-pass"]
-                )
+        finish_issues(self.forge, batch.repo)
 
     def reported(self, ref: str) -> bool:
         batch = self.batch(ref)

@@ -47,7 +47,7 @@ def nothing(world: World) -> None:
 # the steps of each scenario, and the first step whose pass can reach the operation
 SCENARIOS = {
     "intake": ([drop, lane_closes], 0),
-    "settle": ([drop, lane_closes], 1),
+    "close": ([drop, lane_closes], 1),
     "emit": ([drop, lane_closes], 1),
     "archive": ([drop, lane_closes], 1),
     "delivery-schedule": ([drop_with_callback, lane_closes, nothing], 1),
@@ -79,7 +79,7 @@ def walk(tmp_path: Path, operation: str, receiver: Receiver | None = None) -> in
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("operation", ["intake", "settle", "emit", "archive", "cancel", "expire"])
+@pytest.mark.parametrize("operation", ["intake", "close", "emit", "archive", "cancel", "expire"])
 def test_a_kill_after_any_write_of_an_operation_is_recovered(
     tmp_path: Path, operation: str
 ) -> None:
@@ -128,8 +128,8 @@ def _expired(world: World) -> str:
     world.expire_now()
     world.run_once()
     row = world.batch()
-    assert row["status"] == "expired", row
-    return str(row["batch_id"])
+    assert row.status == "expired", row
+    return str(row.batch_id)
 
 
 @pytest.mark.slow
@@ -146,9 +146,9 @@ def test_a_kill_after_any_write_of_a_retry_makes_one_linked_retry(tmp_path: Path
             world.command("retry", old)  # finishes a reserved retry; else already_retried
             world.run_once()
             store = world.store()
-            retries = [r for r in store.list_batches() if r["batch_id"] != old]
+            retries = [r for r in store.list_batches() if r.batch_id != old]
             assert len(retries) == 1, (retries, world.kills)
-            new = store.get_batch(retries[0]["batch_id"])
+            new = store.get_batch(retries[0].batch_id)
             assert new.retry_of == old and store.get_batch(old).retried_by == new.batch_id
             assert new.status == "running" and new.intake_done, new
             titles = [i["title"] for i in forge.issues(forge.user, new.repo.split("/")[1])]

@@ -1,4 +1,4 @@
-"""`deploy/grafana-dashboard.json` (issue 22) against the real service's `/metrics`: every
+"""`deploy/grafana-dashboard.json` against the real service's `/metrics`: every
 metric a panel's (or a variable's) PromQL names is one the service exposes, with the
 suffix it is exposed under (`_total`, `_bucket`, ...), and every `dropbox_eval_` metric is on
 some panel. The service runs as `dropbox-eval run --sandbox --http-port 0` and handles one

@@ -1,4 +1,4 @@
-"""The deployment files in `deploy/` (issue 22): the systemd units pass `systemd-analyze
+"""The deployment files in `deploy/`: the systemd units pass `systemd-analyze
 verify` (Debian's `systemd` package) with their hardening, the example environment file
 lists exactly the settings there are, and the sysusers/tmpfiles files create the user and
 the home. Without systemd-analyze the unit test is skipped with the reason, except under

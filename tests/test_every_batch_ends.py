@@ -1,4 +1,4 @@
-"""Every batch ends, and one slow peer or one bad batch never stalls the rest (issue 9)."""
+"""Every batch ends, and one slow peer or one bad batch never stalls the rest."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 from conftest import PATIENCE, read_json, settings_on, tasks, wait_for
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.config import Settings
 from dropbox_eval.models import BatchStatus, TaskStatus, utcnow
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
+from dropbox_eval.store import BatchRow
 from dropbox_eval.util.fileio import write_atomically
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
@@ -45,7 +45,7 @@ def test_cancel_with_a_deleted_issue_ends_cancelled_with_that_task_missing_in_on
     first = app.store.get_tasks(batch_id)[0]
     forge.delete_issue(forge.user, f"eval-acme-{batch_id}", first.issue_number or 0)
     app.store.update_batch(batch_id, cancel_requested=True)  # a cancel the service finishes
-    Service(app).poll_cycle()
+    service_for(app).poll_cycle()
     batch = app.store.get_batch(batch_id)
     assert batch.status == BatchStatus.CANCELLED
     statuses = {t.task_id: t.status for t in app.store.get_tasks(batch_id)}
@@ -76,7 +76,7 @@ def test_a_failure_that_keeps_repeating_ends_the_batch_failed(
     app.billing.add_client("acme", 100)
     forge.fail_next(10**6, 503, path_contains="/repos/eval/eval-acme-")
     batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
-    service = Service(app)
+    service = service_for(app)
     assert wait_for(lambda: _cycled(service) and _status(app, batch_id) == "failed")
     batch = app.store.get_batch(batch_id)
     assert batch.attempts >= 3 and "503" in (batch.last_error or "")
@@ -98,7 +98,7 @@ def test_the_deadline_wins_even_while_the_forge_is_down(
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     app.store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
     forge.fail_for(60, 503)
-    Service(app).poll_cycle()
+    service_for(app).poll_cycle()
     assert app.store.get_batch(batch_id).status == BatchStatus.EXPIRED
     assert app.billing.client(funded).held == 0
 
@@ -106,7 +106,7 @@ def test_the_deadline_wins_even_while_the_forge_is_down(
 def test_the_api_refuses_what_the_inbox_refuses_with_the_same_answers(
     app: App, funded: str
 ) -> None:
-    server = BackgroundServer(create_api(app), name="api")
+    server = BackgroundServer(create_api(app.web), name="api")
     url = server.start() + "/api/eval/batches"
     headers = {"Authorization": f"Bearer {app.billing.new_api_key(funded)}"}
     task = json.dumps(tasks(1)[0])
@@ -150,7 +150,7 @@ def test_a_broken_client_delays_nobody_else(settings: Settings, forge: SandboxFo
     done = app.intake.submit_batch("alpha", tasks(1), callback_url=callback)["batch_id"]
     app.lifecycle.cancel(done)  # a finished batch whose delivery will hang
     forge.fail_next(10**6, 503, path_contains="/eval-alpha-")
-    service = Service(app)
+    service = service_for(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     try:
@@ -174,8 +174,8 @@ def test_a_broken_client_delays_nobody_else(settings: Settings, forge: SandboxFo
         assert service.delivery.pool.busy(done)
         assert app.store.get_batch(done).delivery_attempts == 0  # its first try hangs on
         rows = app.store.list_batches()
-        alpha = [r for r in rows if r["client_id"] == "alpha" and r["batch_id"] != done]
-        assert len(alpha) == 1 and alpha[0]["status"] == BatchStatus.RUNNING
+        alpha = [r for r in rows if r.client_id == "alpha" and r.batch_id != done]
+        assert len(alpha) == 1 and alpha[0].status == BatchStatus.RUNNING
     finally:
         hanging.close()  # resets the waiting connection: A's delivery fails at once
         service.stop()
@@ -188,9 +188,9 @@ def _opened(app: App, batch_id: str) -> bool:
     return all(task.issue_number for task in app.store.get_tasks(batch_id))
 
 
-def _retried(app: App, row: dict[str, Any]) -> bool:
+def _retried(app: App, row: BatchRow) -> bool:
     """An alpha batch the forge has already refused (503) and that waits to be tried again."""
-    if row["client_id"] != "alpha" or row["status"] != BatchStatus.RUNNING:
+    if row.client_id != "alpha" or row.status != BatchStatus.RUNNING:
         return False
-    batch = app.store.get_batch(str(row["batch_id"]))
+    batch = app.store.get_batch(str(row.batch_id))
     return batch.attempts >= 1 and "503" in (batch.last_error or "")

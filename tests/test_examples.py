@@ -1,4 +1,4 @@
-"""examples/ and `dropbox-eval validate` (issue 22): each valid example passes validate and
+"""examples/ and `dropbox-eval validate`: each valid example passes validate and
 is accepted by a running service; each invalid one gives, in validate and in its error
 file, exactly the lines written beside it."""
 
@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Cli, isolated_cli, read_json, serving, settings_on, wait_for
+from conftest import Cli, isolated_cli, read_json, running, settings_on, wait_for
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_service
 from dropbox_eval.errors import BatchRejected
 from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge
@@ -129,13 +129,13 @@ def test_validate_checks_a_file_for_a_client_folder(
 def test_a_running_service_accepts_each_valid_example_and_files_each_error_as_validate_says(
     tmp_path: Path, forge: SandboxForge
 ) -> None:
-    app = build_app(settings_on(forge, tmp_path, quiet_period=0.1, task_price=1))
+    app, service = build_service(settings_on(forge, tmp_path, quiet_period=0.1, task_price=1))
     app.billing.add_client("acme", 5000)
     # the callback example's host is answered here, never by DNS (loopback only)
     app.intake.policy = CallbackPolicy(resolver=lambda host, port: ["93.184.216.34"])
     inbox = app.settings.inbox_path
     inbox.mkdir(parents=True, exist_ok=True)
-    with serving(app):
+    with running(service):
         for path in [*VALID, *INVALID]:
             shutil.copyfile(path, inbox / f".{path.name}.uploading")
             os.rename(inbox / f".{path.name}.uploading", inbox / path.name)

@@ -4,24 +4,22 @@ the inbox of a running service, the sandbox forge over loopback."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_json, serving, settings_on, tasks, wait_for
+from conftest import read_json, running, serving, settings_on, tasks, wait_for
+from helpers import drop, finish_issues, receipt_of
 
 from dropbox_eval import workers
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, build_service
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.util.fileio import write_atomically
 
 
-def drop(app: App, client: str, name: str, document: dict[str, Any]) -> Path:
-    path = app.settings.inbox_path / client / name
-    write_atomically(path, json.dumps(document))
-    return path.parent / "accepted" / f"{name}.receipt.json"
+def drop_batch(app: App, client: str, name: str, document: dict[str, Any]) -> Path:
+    """Drop a batch in `client`'s folder; where its receipt will be."""
+    return receipt_of(drop(app.settings.inbox_path, name, document, client))
 
 
 def created(forge: SandboxForge, client: str) -> int:
@@ -37,7 +35,7 @@ def test_a_large_batch_gets_its_receipt_while_its_issues_are_created(
     app.billing.add_client("acme", 1000)
     forge.set_delay(5.0)  # every forge answer takes 5 s: the intake cannot wait for them
     with serving(app):
-        receipt_path = drop(app, "acme", "big.json", {"tasks": tasks(300)})
+        receipt_path = drop_batch(app, "acme", "big.json", {"tasks": tasks(300)})
         assert wait_for(receipt_path.exists, 60)
         receipt = read_json(receipt_path)
         assert created(forge, "acme") < 300  # the receipt came first
@@ -76,9 +74,9 @@ def test_one_clients_flood_never_stands_before_anothers_first_drop(
     forge.set_delay(0.05)
     with serving(app):
         for n in range(4):
-            drop(app, "flood", f"f{n}.json", {"batch_ref": f"f{n}", "tasks": tasks(150)})
+            drop_batch(app, "flood", f"f{n}.json", {"batch_ref": f"f{n}", "tasks": tasks(150)})
         assert wait_for(lambda: created(forge, "flood") >= 10, 60)  # the flood is going
-        receipt_path = drop(app, "small", "one.json", {"tasks": tasks(1)})
+        receipt_path = drop_batch(app, "small", "one.json", {"tasks": tasks(1)})
         assert wait_for(receipt_path.exists, 60)
         assert wait_for(lambda: created(forge, "small") == 1, 60)
         flood_then = created(forge, "flood")
@@ -107,7 +105,7 @@ def _position_of_first_create(forge: SandboxForge, repo: str) -> int | None:
 
 def opened_batch(app: App, count: int) -> str:
     """Drop a batch of `count` tasks for acme; its id once all its issues exist."""
-    receipt_path = drop(app, "acme", "b.json", {"tasks": tasks(count)})
+    receipt_path = drop_batch(app, "acme", "b.json", {"tasks": tasks(count)})
     assert wait_for(receipt_path.exists, 60)
     batch_id = str(read_json(receipt_path)["batch_id"])
     assert wait_for(lambda: all(t.issue_number for t in app.store.get_tasks(batch_id)), 60)
@@ -129,11 +127,7 @@ def test_a_batch_that_ends_is_delivered_without_waiting_for_a_tick(
     app.billing.add_client("acme", 100)
     with serving(app):
         batch_id = opened_batch(app, 2)
-        repo = app.store.get_batch(batch_id).repo.split("/")[1]
-        for task in app.store.get_tasks(batch_id):
-            forge.finish_issue(
-                forge.user, repo, task.issue_number or 0, comment="ok", labels=["eval-pass"]
-            )
+        finish_issues(forge, app.store.get_batch(batch_id).repo)
         report = app.settings.outbox_path / f"{batch_id}.json"
         assert wait_for(report.exists, 60)  # the hour-long tick never came
     assert app.store.get_batch(batch_id).status == BatchStatus.EMITTED
@@ -142,11 +136,11 @@ def test_a_batch_that_ends_is_delivered_without_waiting_for_a_tick(
 def test_a_settling_result_becomes_final_when_its_window_ends_not_at_the_next_poll(
     tmp_path: Path, forge: SandboxForge, no_ticks: None
 ) -> None:
-    app = build_app(
+    app, service = build_service(
         settings_on(forge, tmp_path, quiet_period=0.1, poll_interval=3600.0, settle_seconds=4.0)
     )
     app.billing.add_client("acme", 100)
-    with serving(app) as service:
+    with running(service):
         alarms: list[float] = []
         wired = app.poller.on_settling
         assert wired is not None
@@ -186,7 +180,7 @@ def opened_after_a_fault(forge: SandboxForge, tmp_path: Path, status: int) -> tu
         assert wait_for(lambda: service.cycles >= 1, 60)  # the start's cycle is behind us
         cycles = service.cycles
         forge.fail_next(1, status, path_contains="/issues", method="POST")
-        receipt_path = drop(app, "acme", "b.json", {"tasks": tasks(3)})
+        receipt_path = drop_batch(app, "acme", "b.json", {"tasks": tasks(3)})
         assert wait_for(receipt_path.exists, 60)
         batch_id = str(read_json(receipt_path)["batch_id"])
         assert wait_for(lambda: app.store.get_batch(batch_id).intake_done, 60)

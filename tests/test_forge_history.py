@@ -1,4 +1,4 @@
-"""One forge history, one result (issue 20): a black-box test for each defect the fidelity
+"""One forge history, one result: a black-box test for each defect the fidelity
 audit found, on the sandbox forge, which now behaves like Gitea for each. The forge runs on
 a manual clock, so each history is replayed at exact forge instants and settling needs no
 sleep."""
@@ -21,7 +21,7 @@ import pytest
 import requests
 from conftest import settings_on, tasks
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, forge_worker
 from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.models import BatchStatus, TaskStatus
 from dropbox_eval.sandbox import ManualClock, SandboxForge
@@ -69,7 +69,7 @@ def _searching(
     """A service with two one-task batches in two repos, each listed once: from now on
     its cycles find changes with the cross-repo search."""
     app = _app(forge, tmp_path, settle_seconds=0)
-    worker = ForgeWorker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
+    worker = forge_worker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
     batches = [_batch(app), _batch(app)]
     wait(worker.cycle())
     return app, worker, batches
@@ -379,7 +379,7 @@ def test_a_comment_edited_while_settling_is_what_the_report_says(
 def test_a_form_content_type_hook_is_accepted(forge: SandboxForge, tmp_path: Path) -> None:
     secret = "form-secret"
     app = _app(forge, tmp_path, forge_webhook_secret=secret)
-    server = BackgroundServer(create_api(app), name="api")
+    server = BackgroundServer(create_api(app.web), name="api")
     url = server.start()
     try:
         _, repo, (number,) = _batch(app)

@@ -1,5 +1,5 @@
-"""Forge quirks a hostile world hits (issue 10, items 9 and 10, and odd `Date` headers):
-duplicate label names, owner spelling, proxies' Date headers. Real sandbox or loopback HTTP."""
+"""Forge quirks a hostile world hits: duplicate label names, owner spelling, proxies' Date
+headers. Real sandbox or loopback HTTP."""
 
 from __future__ import annotations
 
@@ -16,12 +16,11 @@ import pytest
 import requests
 from conftest import tasks
 
-from dropbox_eval.app import build_app
+from dropbox_eval.app import build_app, service_for
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import ForgeNotFound
 from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 
 LABEL = "eval-task"
 
@@ -56,10 +55,10 @@ def _duplicate(forge: SandboxForge, repo: str) -> int:
     )
 
 
-# -- item 9: duplicate label names ---------------------------------------------------------
+# -- duplicate label names ----------------------------------------------------------------
 
 
-def test_item9_duplicate_labels_are_merged_into_the_oldest(
+def test_duplicate_labels_are_merged_into_the_oldest(
     client: GiteaClient, forge: SandboxForge
 ) -> None:
     repo = f"{forge.user}/dups"
@@ -75,7 +74,7 @@ def test_item9_duplicate_labels_are_merged_into_the_oldest(
     assert numbers == [first, second]
 
 
-def test_item9_polling_finds_issues_after_a_duplicate_appears(
+def test_polling_finds_issues_after_a_duplicate_appears(
     client: GiteaClient, forge: SandboxForge
 ) -> None:
     repo = f"{forge.user}/poll-dups"
@@ -93,7 +92,7 @@ def test_item9_polling_finds_issues_after_a_duplicate_appears(
     assert _labels(forge, repo) == [label]
 
 
-def test_item9_resumed_intake_adopts_despite_a_duplicate_label(
+def test_resumed_intake_adopts_despite_a_duplicate_label(
     settings: Settings, forge: SandboxForge
 ) -> None:
     app = build_app(settings)
@@ -111,7 +110,7 @@ def test_item9_resumed_intake_adopts_despite_a_duplicate_label(
 
 
 @pytest.mark.parametrize("shared_lock", [True, False])
-def test_item9_racing_creators_end_with_one_label(
+def test_racing_creators_end_with_one_label(
     forge: SandboxForge, tmp_path: Path, shared_lock: bool
 ) -> None:
     """Two creators (service and CLI) race; with the shared lock they are serialised, and
@@ -144,7 +143,7 @@ def test_item9_racing_creators_end_with_one_label(
     assert _labels(forge, repo) == [results[0]]
 
 
-def test_item9_unknown_label_name_never_lists_every_issue(
+def test_unknown_label_name_never_lists_every_issue(
     client: GiteaClient, forge: SandboxForge
 ) -> None:
     """Gitea drops a filter whose names all miss; the client must not pass that on."""
@@ -154,7 +153,7 @@ def test_item9_unknown_label_name_never_lists_every_issue(
     assert list(client.iter_issues(repo, labels=LABEL)) == []
 
 
-def test_item9_sandbox_deletes_labels_like_gitea(client: GiteaClient, forge: SandboxForge) -> None:
+def test_sandbox_deletes_labels_like_gitea(client: GiteaClient, forge: SandboxForge) -> None:
     repo = f"{forge.user}/delete-label"
     client.ensure_repo(repo)
     label = client.ensure_label(repo, "bug", "ee0701")
@@ -173,12 +172,10 @@ def test_item9_sandbox_deletes_labels_like_gitea(client: GiteaClient, forge: San
     assert gone.status_code == 404
 
 
-# -- item 10: logins are case-insensitive ----------------------------------------------------
+# -- logins are case-insensitive ------------------------------------------------------------
 
 
-def test_item10_owner_spelled_differently_from_login(
-    client: GiteaClient, forge: SandboxForge
-) -> None:
+def test_owner_spelled_differently_from_login(client: GiteaClient, forge: SandboxForge) -> None:
     url = client.ensure_repo(f"{forge.user.upper()}/cased")
     assert url.endswith(f"/{forge.user}/cased")  # the forge's own spelling
     assert client.ensure_repo(f"{forge.user.title()}/cased") == url
@@ -187,7 +184,7 @@ def test_item10_owner_spelled_differently_from_login(
         client.ensure_repo("no-such-org/x")
 
 
-def test_item10_service_with_upper_case_owner_opens_issues(
+def test_service_with_upper_case_owner_opens_issues(
     settings: Settings, forge: SandboxForge
 ) -> None:
     app = build_app(settings.model_copy(update={"owner": forge.user.upper()}))
@@ -292,15 +289,15 @@ def test_naive_since_is_sent_as_utc_to_the_sandbox(
     assert list(client.iter_issues(repo, since=datetime(2999, 1, 1))) == []
 
 
-def test_item9_full_poll_repairs_a_duplicate_and_finishes_tasks(
+def test_full_poll_repairs_a_duplicate_and_finishes_tasks(
     settings: Settings, forge: SandboxForge
 ) -> None:
-    shared = {"full_poll_every": 2, "repo": f"{forge.user}/shared-labels"}  # item 9's case
+    shared = {"full_poll_every": 2, "repo": f"{forge.user}/shared-labels"}  # a shared repo's label
     app = build_app(settings.model_copy(update=shared))
     app.billing.add_client("acme", 100)
     batch_id = app.intake.submit_batch("acme", tasks(2))["batch_id"]
     repo = app.store.get_batch(batch_id).repo
-    service = Service(app)
+    service = service_for(app)
     service.poll_cycle()  # cycle 1: full
     _duplicate(forge, repo)
     first = app.store.get_tasks(batch_id)[0]

@@ -1,6 +1,7 @@
-"""Regression tests for the hostile-world defects of issue 10 (items 1, 3, 4, 6, 7, 8).
+"""Hostile files in the inbox: a re-upload during intake, a marker inside task text, numbers
+JSON cannot hold, names up to 255 bytes, a kill between receipt and move, litter left behind.
 
-Each test failed on the code before its fix; its name names the item.
+Each test failed on the code before its fix.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ import hashlib
 import json
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import PATIENCE, read_json, tasks, wait_for
+from helpers import drop, finish_issues
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
@@ -26,19 +27,11 @@ def _batch(ref: str, count: int = 2, **extra: Any) -> bytes:
     return json.dumps({"batch_ref": ref, "tasks": tasks(count), **extra}).encode()
 
 
-def _drop(app: App, name: str, raw: bytes, client: str = "acme") -> Path:
-    folder = app.inbox.root / client
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_bytes(raw)
-    return path
-
-
-def test_item1_a_reupload_during_intake_stays_in_the_inbox_and_becomes_its_own_batch(
+def test_a_reupload_during_intake_stays_in_the_inbox_and_becomes_its_own_batch(
     app: App, forge: SandboxForge, funded: str
 ) -> None:
     first = _batch("first", 40)
-    path = _drop(app, "nightly.json", first)
+    path = drop(app.inbox.root, "nightly.json", first, "acme")
     forge.set_delay(0.05)
     outcome: list[Any] = []
     worker = threading.Thread(target=lambda: outcome.append(app.inbox.process(path)))
@@ -65,7 +58,7 @@ def test_item1_a_reupload_during_intake_stays_in_the_inbox_and_becomes_its_own_b
     )
 
 
-def test_item3_a_marker_inside_task_text_is_neither_adopted_nor_kept(
+def test_a_marker_inside_task_text_is_neither_adopted_nor_kept(
     settings: Settings, forge: SandboxForge
 ) -> None:
     shared = build_app(settings.model_copy(update={"repo": f"{forge.user}/shared"}))
@@ -100,23 +93,23 @@ def test_item3_a_marker_inside_task_text_is_neither_adopted_nor_kept(
     ],
     ids=["5000-digit-integer", "NaN", "Infinity"],
 )
-def test_item4_numbers_json_cannot_hold_are_rejected_not_stuck(
-    app: App, funded: str, raw: bytes
-) -> None:
-    path = _drop(app, "big.json", raw)
+def test_numbers_json_cannot_hold_are_rejected_not_stuck(app: App, funded: str, raw: bytes) -> None:
+    path = drop(app.inbox.root, "big.json", raw, "acme")
     outcome = app.inbox.process(path)
     assert outcome.status == "rejected" and not path.exists()
     assert read_json(path.parent / "rejected" / "big.json.error.json")["reason"] == "invalid_json"
 
 
 @pytest.mark.parametrize("length", [229, 231, 250, 255])
-def test_item6_every_legal_file_name_gets_its_receipt_or_error_file(
+def test_every_legal_file_name_gets_its_receipt_or_error_file(
     app: App, funded: str, length: int
 ) -> None:
     good = "g" * (length - len(".json")) + ".json"
     bad = "b" * (length - len(".json")) + ".json"
-    accepted = app.inbox.process(_drop(app, good, _batch(f"long{length}")))
-    rejected = app.inbox.process(_drop(app, bad, b"{not json"))
+    accepted = app.inbox.process(
+        drop(app.inbox.root, good, _batch(f"long{length}"), "acme", in_place=True)
+    )
+    rejected = app.inbox.process(drop(app.inbox.root, bad, b"{not json", "acme", in_place=True))
     assert accepted.status == "accepted" and rejected.status == "rejected"
     for outcome, suffix in ((accepted, ".receipt.json"), (rejected, ".error.json")):
         assert outcome.path is not None and outcome.path.exists()
@@ -128,17 +121,20 @@ def test_item6_every_legal_file_name_gets_its_receipt_or_error_file(
     assert not any(p.name.startswith(".") for p in (app.inbox.root / "acme").rglob("*"))
 
 
-def test_item6_long_names_that_clash_stay_apart(app: App, funded: str) -> None:
+def test_long_names_that_clash_stay_apart(app: App, funded: str) -> None:
     names = ["a" * 245 + "1.json", "a" * 245 + "2.json"]
-    paths = [app.inbox.process(_drop(app, n, _batch(f"r{i}"))).path for i, n in enumerate(names)]
+    dropped = [
+        drop(app.inbox.root, n, _batch(f"r{i}"), "acme", in_place=True) for i, n in enumerate(names)
+    ]
+    paths = [app.inbox.process(path).path for path in dropped]
     assert paths[0] is not None and paths[1] is not None and paths[0] != paths[1]
 
 
-def test_item7_a_kill_between_receipt_and_move_files_the_drop_once_not_as_duplicate(
+def test_a_kill_between_receipt_and_move_files_the_drop_once_not_as_duplicate(
     app: App, settings: Settings, funded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw = _batch("nightly")
-    path = _drop(app, "n.json", raw)
+    path = drop(app.inbox.root, "n.json", raw, "acme")
 
     def killed(*_: Any) -> bool:
         raise SystemExit("killed")  # the process dies right after writing the receipt
@@ -156,15 +152,17 @@ def test_item7_a_kill_between_receipt_and_move_files_the_drop_once_not_as_duplic
     receipt = read_json(accepted / "n.json.receipt.json")
     assert receipt["status"] == "in_progress"
     (row,) = restarted.store.list_batches()
-    assert all(t.issue_number for t in restarted.store.get_tasks(row["batch_id"]))
-    again = restarted.inbox.process(_drop(app, "n.json", raw))  # dropped twice: duplicate
+    assert all(t.issue_number for t in restarted.store.get_tasks(row.batch_id))
+    again = restarted.inbox.process(
+        drop(app.inbox.root, "n.json", raw, "acme")
+    )  # dropped twice: duplicate
     assert again.document["duplicate"] is True
 
 
-def test_item8_no_temp_file_or_lease_is_left_behind(
+def test_no_temp_file_or_lease_is_left_behind(
     app: App, settings: Settings, forge: SandboxForge, funded: str
 ) -> None:
-    path = _drop(app, "n.json", _batch("litter"))
+    path = drop(app.inbox.root, "n.json", _batch("litter"), "acme")
     accepted = path.parent / "accepted"
     accepted.mkdir()
     stale = accepted / ".n.json.receipt.json.tmp"  # what a kill mid-write leaves
@@ -175,14 +173,7 @@ def test_item8_no_temp_file_or_lease_is_left_behind(
     batch_id = outcome.document["batch_id"]
     leases = settings.state_path / "leases"
     assert list(leases.iterdir()) == [leases / f"{batch_id}.lock"]
-    for task in app.store.get_tasks(batch_id):
-        forge.finish_issue(
-            forge.user,
-            f"eval-acme-{batch_id}",
-            task.issue_number or 0,
-            comment="ok",
-            labels=["eval-pass"],
-        )
+    finish_issues(forge, f"{forge.user}/eval-acme-{batch_id}")
     app.poller.poll_completed(batch_id, full=True)
     app.delivery.emit(batch_id)
     assert list(leases.iterdir()) == []

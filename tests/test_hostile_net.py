@@ -1,4 +1,5 @@
-"""Hostile callback URLs (issue 10, items 2 and 5) against real loopback receivers."""
+"""Hostile callback URLs against real loopback receivers: a callback may reach only the hosts
+allowed, checked before and again at connect, and a malformed URL is a clear refusal."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ import requests
 import trustme
 from conftest import Receiver, read_json, tasks
 
+from dropbox_eval.app import App
 from dropbox_eval.delivery.emitter import Emitter, FileEmitter, WebhookEmitter
 from dropbox_eval.errors import BatchRejected, DeliveryError
 from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import App
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
 
@@ -46,7 +47,7 @@ def _refused(policy: CallbackPolicy, url: str) -> BatchRejected:
 
 
 @pytest.mark.planted_documents  # the emitter is handed a stand-in report
-def test_item2_backslash_callback_refused(tmp_path: Path, receiver: Receiver) -> None:
+def test_backslash_callback_refused(tmp_path: Path, receiver: Receiver) -> None:
     """urlsplit sees 8.8.8.8, urllib3 connects to 127.0.0.1: refused, nothing is sent."""
     url = f"http://127.0.0.1:{_port(receiver)}\\@8.8.8.8/hook"
     assert "backslash" in _refused(CallbackPolicy(), url).message
@@ -70,7 +71,7 @@ def test_item2_backslash_callback_refused(tmp_path: Path, receiver: Receiver) ->
         "/\\@8.8.8.8/",
     ],
 )
-def test_item2_separator_tricks_refused(receiver: Receiver, tail: str) -> None:
+def test_separator_tricks_refused(receiver: Receiver, tail: str) -> None:
     _refused(CallbackPolicy(), f"http://127.0.0.1:{_port(receiver)}{tail}")
 
 
@@ -105,11 +106,11 @@ def test_item2_separator_tricks_refused(receiver: Receiver, tail: str) -> None:
         "http://[64:ff9b::7f00:1]/hook",  # NAT64 of 127.0.0.1
     ],
 )
-def test_item2_ambiguous_or_internal_urls_refused(url: str) -> None:
+def test_ambiguous_or_internal_urls_refused(url: str) -> None:
     _refused(CallbackPolicy(), url)
 
 
-def test_item2_userinfo_refused_even_for_allowed_hosts(receiver: Receiver) -> None:
+def test_userinfo_refused_even_for_allowed_hosts(receiver: Receiver) -> None:
     policy = CallbackPolicy("127.0.0.1")
     assert policy.check(receiver.url).addresses
     refused = _refused(policy, receiver.url.replace("http://", "http://user:pw@"))
@@ -117,9 +118,7 @@ def test_item2_userinfo_refused_even_for_allowed_hosts(receiver: Receiver) -> No
 
 
 @pytest.mark.planted_documents  # the emitter is handed a stand-in report
-def test_item2_rebinding_after_check_is_refused_at_connect(
-    tmp_path: Path, receiver: Receiver
-) -> None:
+def test_rebinding_after_check_is_refused_at_connect(tmp_path: Path, receiver: Receiver) -> None:
     """The name passes the check on one (allowed) address, while the system resolver says
     127.0.0.1 where the receiver listens. The POST goes to the checked address only."""
     port = _port(receiver)
@@ -131,7 +130,7 @@ def test_item2_rebinding_after_check_is_refused_at_connect(
     assert receiver.received == []
 
 
-def test_item2_delivery_reaches_checked_address_with_host_header(
+def test_delivery_reaches_checked_address_with_host_header(
     tmp_path: Path, receiver: Receiver
 ) -> None:
     """A name only the injected resolver knows: the POST reaches the checked address and
@@ -145,7 +144,7 @@ def test_item2_delivery_reaches_checked_address_with_host_header(
     assert json.loads(body)["batch_id"] == "b1"
 
 
-def test_item2_checked_names_resolving_inside_are_refused() -> None:
+def test_checked_names_resolving_inside_are_refused() -> None:
     inside = CallbackPolicy(resolver=lambda host, port: ["93.184.216.34", "169.254.169.254"])
     assert "metadata" in _refused(inside, "https://hooks.example.com/x").message
     public = CallbackPolicy(resolver=lambda host, port: ["93.184.216.34"])
@@ -183,7 +182,7 @@ def tls_receiver(tmp_path: Path) -> Iterator[tuple[int, str, list[str]]]:
 
 
 @pytest.mark.planted_documents  # the emitter is handed a stand-in report
-def test_item2_tls_verifies_the_url_name_not_the_pinned_address(
+def test_tls_verifies_the_url_name_not_the_pinned_address(
     tmp_path: Path, tls_receiver: tuple[int, str, list[str]]
 ) -> None:
     port, ca_file, hosts = tls_receiver
@@ -196,7 +195,7 @@ def test_item2_tls_verifies_the_url_name_not_the_pinned_address(
     assert len(hosts) == 1
 
 
-# -- item 5: malformed URLs are a clear refusal, never a ValueError --------------------------
+# -- malformed URLs are a clear refusal, never a ValueError ---------------------------------
 
 MALFORMED = [
     "http://example.com:99999/",
@@ -218,12 +217,12 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("url", MALFORMED)
-def test_item5_malformed_callback_refused_by_policy(url: str) -> None:
+def test_malformed_callback_refused_by_policy(url: str) -> None:
     _refused(CallbackPolicy(), url)
 
 
 @pytest.mark.parametrize("url", ["http://example.com:99999/", "http://[::1/"])
-def test_item5_malformed_callback_file_ends_in_rejected(
+def test_malformed_callback_file_ends_in_rejected(
     app: App, forge: SandboxForge, funded: str, url: str
 ) -> None:
     forge.clear_requests()
@@ -239,7 +238,7 @@ def test_item5_malformed_callback_file_ends_in_rejected(
 
 @pytest.fixture
 def api(app: App) -> Iterator[str]:
-    server = BackgroundServer(create_api(app), name="api")
+    server = BackgroundServer(create_api(app.web), name="api")
     yield server.start()
     server.stop()
 
@@ -247,7 +246,7 @@ def api(app: App) -> Iterator[str]:
 @pytest.mark.parametrize(
     "url", ["http://example.com:99999/", "http://[::1/", "http://127.0.0.1:9\\@8.8.8.8/hook"]
 )
-def test_item5_api_answers_422_for_a_bad_callback(
+def test_api_answers_422_for_a_bad_callback(
     app: App, api: str, forge: SandboxForge, url: str
 ) -> None:
     app.billing.add_client("acme", 100)

@@ -9,24 +9,16 @@ from typing import Any
 
 import pytest
 from conftest import read_json, tasks
+from helpers import drop
 
 from dropbox_eval.app import App
 from dropbox_eval.inbox import ReadinessTracker, is_candidate_name
 from dropbox_eval.sandbox import SandboxForge
 
 
-def _drop(app: App, name: str, content: Any, client_folder: str | None = None) -> Path:
-    folder = app.inbox.root / client_folder if client_folder else app.inbox.root
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    data = content if isinstance(content, bytes) else json.dumps(content).encode()
-    path.write_bytes(data)
-    return path
-
-
 def test_accepted_file_moves_with_receipt(app: App, forge: SandboxForge, funded: str) -> None:
     raw = json.dumps({"client_id": funded, "tasks": tasks(2)}).encode()
-    path = _drop(app, "nightly.json", raw)
+    path = drop(app.inbox.root, "nightly.json", raw)
     outcome = app.inbox.process(path)
     assert outcome.status == "accepted"
     moved = app.inbox.root / "accepted" / "nightly.json"
@@ -54,7 +46,7 @@ def test_a_kill_after_the_receipt_leaves_a_batch_the_next_visit_opens_once(
         raise SystemExit("killed")  # dies after the receipt and the move, before the write
 
     monkeypatch.setattr(type(app.intake), "filed", killed)
-    path = _drop(app, "k.json", {"client_id": funded, "tasks": tasks(3)})
+    path = drop(app.inbox.root, "k.json", {"client_id": funded, "tasks": tasks(3)})
     with pytest.raises(SystemExit):
         app.inbox.process(path)
     monkeypatch.undo()
@@ -74,12 +66,12 @@ def test_a_kill_after_the_receipt_leaves_a_batch_the_next_visit_opens_once(
 
 def test_per_client_folder_sets_client_and_refuses_another(app: App, funded: str) -> None:
     app.billing.add_client("other", 100)
-    ok = app.inbox.process(_drop(app, "a.json", {"tasks": tasks(1)}, client_folder="acme"))
+    ok = app.inbox.process(drop(app.inbox.root, "a.json", {"tasks": tasks(1)}, "acme"))
     assert ok.status == "accepted"
     assert app.store.get_batch(ok.document["batch_id"]).client_id == "acme"
     assert (app.inbox.root / "acme" / "accepted" / "a.json").exists()
     bad = app.inbox.process(
-        _drop(app, "b.json", {"client_id": "other", "tasks": tasks(1)}, client_folder="acme")
+        drop(app.inbox.root, "b.json", {"client_id": "other", "tasks": tasks(1)}, "acme")
     )
     assert bad.status == "rejected"
     error = read_json(app.inbox.root / "acme" / "rejected" / "b.json.error.json")
@@ -121,7 +113,7 @@ def test_bad_files_are_rejected_with_reason(
     app: App, forge: SandboxForge, funded: str, content: Any, reason: str, field: str | None
 ) -> None:
     forge.clear_requests()
-    path = _drop(app, "bad.json", content)
+    path = drop(app.inbox.root, "bad.json", content)
     original = path.read_bytes()
     outcome = app.inbox.process(path)
     assert outcome.status == "rejected"
@@ -136,8 +128,8 @@ def test_bad_files_are_rejected_with_reason(
 
 def test_same_bytes_twice_make_one_batch(app: App, funded: str) -> None:
     raw = json.dumps({"client_id": funded, "tasks": tasks(1)}).encode()
-    first = app.inbox.process(_drop(app, "x.json", raw))
-    second = app.inbox.process(_drop(app, "x.json", raw))
+    first = app.inbox.process(drop(app.inbox.root, "x.json", raw))
+    second = app.inbox.process(drop(app.inbox.root, "x.json", raw))
     assert second.document["batch_id"] == first.document["batch_id"]
     assert second.document["duplicate"] is True
     assert (app.inbox.root / "accepted" / "x.1.json").exists()
@@ -186,3 +178,18 @@ def test_readiness_waits_for_quiet_period(tmp_path: Path) -> None:
     assert list(tracker.ready(now=101.2)) == []  # changed: the clock restarts
     assert list(tracker.ready(now=102.3)) == [path]
     assert tracker.pending() == 0
+
+
+def test_a_file_name_that_is_not_utf8_is_rejected_before_anything_is_created(
+    app: App, funded: str
+) -> None:
+    folder = os.fsencode(app.inbox.root / funded)
+    os.makedirs(folder, exist_ok=True)
+    raw = os.path.join(folder, b"\xff\xfebad.json")
+    with open(raw, "wb") as handle:
+        handle.write(json.dumps({"tasks": tasks(1)}).encode())
+    path = app.inbox.root / funded / os.fsdecode(b"\xff\xfebad.json")
+    outcome = app.inbox.process(path)
+    assert outcome.status == "rejected" and outcome.document["reason"] == "invalid_name"
+    assert app.store.list_batches() == [] and app.billing.client(funded).held == 0
+    assert not os.path.exists(raw)

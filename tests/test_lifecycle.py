@@ -11,14 +11,13 @@ from click.testing import CliRunner
 from conftest import Receiver, read_json, tasks
 from standardwebhooks import Webhook
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import BatchRejected
-from dropbox_eval.models import BatchFile, BatchStatus, utcnow
+from dropbox_eval.models import BatchFile, BatchStatus, TaskStatus, utcnow
 from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 
 
 def _repo(app: App, batch_id: str) -> tuple[str, str]:
@@ -89,7 +88,7 @@ def test_cancel_closes_open_issues_keeps_results_and_emits(
         assert issue["comments"] == 1
     assert app.billing.client(funded).balance == 98  # one finished task charged
     assert runner.invoke(main, [*base, "cancel", batch_id]).exit_code == 1
-    Service(app).run(once=True)
+    service_for(app).run(once=True)
     report = read_json(app.settings.outbox_path / f"{batch_id}.json")
     assert report["status"] == "cancelled"
     assert report["counts"] == {"total": 3, "passed": 1, "failed": 0, "cancelled": 2}
@@ -99,7 +98,7 @@ def test_deadline_expires_unfinished_tasks(app: App, forge: SandboxForge, funded
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     _finish(app, forge, batch_id, ["t1"], label="eval-fail")
     app.store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
-    Service(app).run(once=True)
+    service_for(app).run(once=True)
     batch = app.store.get_batch(batch_id)
     assert batch.status == "expired" and batch.emitted_at is not None
     report = read_json(app.settings.outbox_path / f"{batch_id}.json")
@@ -234,7 +233,7 @@ def test_cancel_after_completion_changes_nothing(
     app.poller.poll_completed(batch_id)
     with pytest.raises(Exception, match="only running batches"):
         app.lifecycle.cancel(batch_id)
-    closed_again = app.settler.close(batch_id, app.store.get_tasks(batch_id), BatchStatus.CANCELLED)
+    closed_again = app.closer.close(batch_id, app.store.get_tasks(batch_id), BatchStatus.CANCELLED)
     assert closed_again.status == "completed"
     assert [e.kind for e in app.store.ledger(funded)].count("release") == 1
     assert app.billing.client(funded).held == 0
@@ -262,3 +261,29 @@ def test_a_cancel_requested_batch_gets_no_new_issues(
     forge.clear_requests()
     assert app.intake.open_issues(batch_id) == 0
     assert forge.requests == []
+
+
+def test_a_failing_batch_closes_every_open_issue_even_when_comments_are_refused(
+    app: App, forge: SandboxForge, funded: str
+) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(5))["batch_id"]
+    repo = app.store.get_batch(batch_id).repo.split("/", 1)[1]
+    forge.fail_next(100, 413, path_contains="/comments", method="POST")
+    app.lifecycle.fail(batch_id, "the forge refused the request")
+    assert app.store.get_batch(batch_id).status == BatchStatus.FAILED
+    assert [i["state"] for i in forge.issues(forge.user, repo)] == ["closed"] * 5
+    assert {t.status for t in app.store.get_tasks(batch_id)} == {TaskStatus.ABORTED}
+
+
+def test_cancel_without_the_forge_is_stored_and_finished_by_the_service(
+    app: App, settings: Settings, funded: str
+) -> None:
+    batch_id = app.intake.submit_batch(funded, tasks(1))["batch_id"]
+    runner = CliRunner()
+    env = {"SAAS_EVAL_HOME": str(settings.home), "SAAS_EVAL_GITEA_URL": ""}
+    answer = runner.invoke(main, ["cancel", batch_id], env=env, catch_exceptions=False)
+    assert answer.exit_code == 0, answer.output
+    assert "cancel stored" in answer.output
+    assert app.store.get_batch(batch_id).cancel_requested
+    service_for(app).poll_cycle()
+    assert app.store.get_batch(batch_id).status == BatchStatus.CANCELLED

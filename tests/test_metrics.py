@@ -1,4 +1,4 @@
-"""Metrics that alert (issue 21) and money that stays private (issue 19), scraped over HTTP
+"""Metrics that alert and money that stays private, scraped over HTTP
 with the Prometheus parser: forge calls counted around the call, exceptions included;
 buckets past the forge timeout; process and build info; every known counter at 0; the
 per-client money series behind SAAS_EVAL_METRICS_PER_CLIENT; /metrics behind
@@ -6,24 +6,21 @@ SAAS_EVAL_METRICS_TOKEN."""
 
 from __future__ import annotations
 
-import json
 import re
-import socket
 from pathlib import Path
 
 import pytest
 import requests
 from conftest import Receiver, served, settings_on, tasks
+from helpers import closed_port, drop, finish_issues
 from prometheus_client.parser import text_string_to_metric_families
 
 from dropbox_eval import __version__
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, build_service
 from dropbox_eval.config import load_settings
 from dropbox_eval.protocol.rejections import REJECTION_REASONS
 from dropbox_eval.results.webhooks import WEBHOOK_OUTCOMES
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
-from dropbox_eval.util.fileio import write_atomically
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 METRICS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "metrics.md"
@@ -47,19 +44,13 @@ def calls(samples: Samples, outcome: str) -> float:
     return value(samples, "dropbox_eval_forge_calls_total", outcome=outcome)
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])  # nothing listens once it is closed
-
-
 def test_a_refused_connection_a_timeout_and_a_5xx_are_counted(
     tmp_path: Path, forge: SandboxForge
 ) -> None:
     down = build_app(
         load_settings(
             home=tmp_path / "down",
-            gitea_url=f"http://127.0.0.1:{_closed_port()}",
+            gitea_url=f"http://127.0.0.1:{closed_port()}",
             gitea_token="t",
             owner="o",
         )
@@ -126,17 +117,15 @@ def test_every_counter_with_known_labels_starts_at_zero(app: App) -> None:
 def test_deliveries_drops_and_poll_cycles_are_measured(
     app: App, forge: SandboxForge, funded: str, receiver: Receiver
 ) -> None:
-    folder = app.settings.inbox_path / funded
-    folder.mkdir(parents=True)
-    write_atomically(folder / "good.json", json.dumps({"tasks": tasks(1)}))
-    write_atomically(folder / "bad.json", "{nope")
+    drop(app.settings.inbox_path, "good.json", {"tasks": tasks(1)}, funded)
+    drop(app.settings.inbox_path, "bad.json", "{nope", funded)
     receiver.answers = [500] * 10
     failing = app.intake.submit_batch(funded, tasks(1), callback_url=receiver.url)["batch_id"]
     to_file = app.intake.submit_batch(funded, tasks(1))["batch_id"]
     for batch_id in (failing, to_file):
-        owner, name = app.store.get_batch(batch_id).repo.split("/")
-        forge.finish_issue(owner, name, 1, comment="ok", labels=["eval-pass"])
-    Service(app).run(once=True)
+        finish_issues(forge, app.store.get_batch(batch_id).repo)
+    app, service = build_service(app.settings)  # the service counts in its own parts
+    service.run(once=True)
     app.metrics.set_forge_inflight_limit(6)  # what the forge scheduler will call
     with served(app) as url:
         samples = scrape(url)

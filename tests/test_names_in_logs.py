@@ -1,4 +1,5 @@
-"""Names from clients reach no log line raw (issue 19, item 5), and stale uploads go (item 4).
+"""Names from clients reach no log line raw (a name must not forge a log line), and stale
+uploads go.
 
 The real command line in a subprocess (`dropbox-eval run --once --sandbox`), in both log
 formats, over a real inbox: a dropped file whose name carries a newline, a terminal escape

@@ -1,4 +1,4 @@
-"""An inbox on a network or FUSE filesystem (issue 22): inotify sees no write made behind the
+"""An inbox on a network or FUSE filesystem: inotify sees no write made behind the
 mount, so the service polls there by itself, says why, and `--no-polling` overrides it.
 
 The detection is tested on real mountinfo lines (NFS, SMB/CIFS, 9p, sshfs, containers);

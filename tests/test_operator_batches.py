@@ -1,4 +1,4 @@
-"""The operator's batch pages over real HTTP (issue 22): one batch with its tasks and links,
+"""The operator's batch pages over real HTTP: one batch with its tasks and links,
 Cancel behind a confirmation and the CSRF token, the list of ended batches paged from the
 archive, and the available-credits column. The same pages in Chromium:
 test_operator_browser.py."""
@@ -15,10 +15,10 @@ import pytest
 import requests
 from conftest import OPERATOR_KEY, tasks
 from fastapi import FastAPI
+from helpers import finish_issues
 
-from dropbox_eval.app import App
+from dropbox_eval.app import App, service_for
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 
 Signed = tuple[str, requests.Session, str]  # base URL, signed-in session, CSRF token
 
@@ -41,9 +41,7 @@ def _hrefs(html: str, css_class: str) -> list[str]:
 
 
 def _finish(app: App, forge: SandboxForge, batch_id: str, labels: list[str]) -> None:
-    owner, name = app.store.get_batch(batch_id).repo.split("/")
-    for issue, label in zip(forge.issues(owner, name), labels, strict=True):
-        forge.finish_issue(owner, name, issue["number"], comment="done", labels=[label])
+    finish_issues(forge, app.store.get_batch(batch_id).repo, labels, comment="done")
 
 
 def test_the_batch_page_shows_tasks_links_attempts_and_delivery(
@@ -132,7 +130,7 @@ def test_redeliver_from_the_batch_page_comes_back_to_it(
     url, session, csrf = signed
     batch_id = app.intake.submit_batch(funded, tasks(1))["batch_id"]
     _finish(app, forge, batch_id, ["eval-pass"])
-    Service(app).run(once=True)
+    service_for(app).run(once=True)
     report = app.settings.outbox_path / f"{batch_id}.json"
     assert report.exists()
     report.unlink()
@@ -162,7 +160,7 @@ def test_ended_batches_are_listed_filtered_and_paged_from_the_archive(
             )
     for batch_id in made[funded] + made["beta"][:2]:
         _finish(app, forge, batch_id, ["eval-pass"])
-    Service(app).run(once=True)  # five emitted and archived, one of beta's still running
+    service_for(app).run(once=True)  # five emitted and archived, one of beta's still running
     cancelled = made["beta"][2]
     app.lifecycle.cancel(cancelled)  # ended, its report not delivered yet: still live
     running = app.intake.submit_batch(funded, tasks(1))["batch_id"]

@@ -16,9 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 from conftest import PATIENCE, Receiver, tasks, wait_for
 
-from dropbox_eval.app import App
+from dropbox_eval.app import App, service_for
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 from dropbox_eval.util.fileio import write_atomically
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
@@ -89,12 +88,12 @@ def test_the_page_follows_progress_and_redelivers(
     bad = app.settings.inbox_path / funded / "broken.json"
     bad.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(bad, "{oops")
-    Service(app).run(once=True)
+    service_for(app).run(once=True)
     assert app.store.get_batch(ended).last_delivery_error is not None
     receiver.answers.clear()  # the receiver is back
     tried = len(receiver.received)
 
-    server = BackgroundServer(create_web(app, lambda: {}))
+    server = BackgroundServer(create_web(app.web, lambda: {}))
     url = server.start()
     try:
         refused: list[str] = []  # the page's own policy must not block any of its parts
@@ -154,11 +153,11 @@ def test_the_batch_page_cancels_redelivers_and_lists_ended_batches(
     ended = app.intake.submit_batch("beta", tasks(1))["batch_id"]
     owner, name = app.store.get_batch(ended).repo.split("/")
     forge.finish_issue(owner, name, 1, comment="done", labels=["eval-pass"])
-    Service(app).run(once=True)  # `ended` is emitted and archived
+    service_for(app).run(once=True)  # `ended` is emitted and archived
     repo = app.store.get_batch(running).repo
     numbers = [t.issue_number for t in app.store.get_tasks(running)]
 
-    server = BackgroundServer(create_web(app, lambda: {}))
+    server = BackgroundServer(create_web(app.web, lambda: {}))
     url = server.start()
     try:
         _signed_in(page, url)
@@ -225,7 +224,7 @@ def test_the_api_docs_render_with_the_network_blocked(app: App, page: object) ->
             route.abort()
 
     page.route("**/*", loopback_only)
-    server = BackgroundServer(create_web(app, lambda: {}))
+    server = BackgroundServer(create_web(app.web, lambda: {}))
     url = server.start()
     try:
         page.goto(f"{url}/docs")

@@ -1,4 +1,4 @@
-"""The operator page's door (issue 19, item 7), over real HTTP.
+"""The operator page's door, over real HTTP.
 
 Sign-in attempts are throttled per source address (a delay that doubles, answered 429 with
 `Retry-After`, the right key included); the key is never read from a URL; every answer

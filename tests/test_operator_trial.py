@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from conftest import Receiver, read_json, tasks
+from helpers import closed_port
 
 from dropbox_eval.app import App
 from dropbox_eval.delivery.emitter import Emitter, FileEmitter, WebhookEmitter
@@ -27,12 +27,6 @@ REPORT = {"batch_id": "b-1", "tasks": []}
 def _emitter(tmp_path: Path) -> Emitter:
     webhooks = WebhookEmitter(timeout=30)
     return Emitter(FileEmitter(tmp_path / "outbox"), webhooks, CallbackPolicy("127.0.0.1"))
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_shown_url_masks_user_info_only() -> None:
@@ -60,7 +54,7 @@ def test_a_callback_url_with_credentials_is_never_echoed(
 
 @pytest.mark.planted_documents  # the emitter is handed a stand-in report
 def test_a_refused_connection_is_a_plain_message(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_closed_port()}/hook"
+    url = f"http://127.0.0.1:{closed_port()}/hook"
     with pytest.raises(DeliveryError) as caught:
         _emitter(tmp_path).deliver(REPORT, url)
     assert str(caught.value) == f"callback {url} unreachable: connection refused"
@@ -97,7 +91,7 @@ def test_string_length_errors_count_characters(
 
 
 def test_an_unreachable_forge_is_a_plain_message() -> None:
-    client = GiteaClient(f"http://127.0.0.1:{_closed_port()}", "token")
+    client = GiteaClient(f"http://127.0.0.1:{closed_port()}", "token")
     with pytest.raises(ForgeRetryable) as caught:
         client.version()
     assert str(caught.value) == "GET /version: forge unreachable (connection refused)"

@@ -16,14 +16,14 @@ import pytest
 import requests
 from conftest import OPERATOR_KEY, PATIENCE, served, tasks, wait_for
 from fastapi import FastAPI
+from helpers import drop, finish_issues
 from prometheus_client.parser import text_string_to_metric_families
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
+from dropbox_eval.ops.metrics import route_template
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 from dropbox_eval.util.fileio import write_atomically
 from dropbox_eval.util.webserver import BackgroundServer
-from dropbox_eval.web.metrics import route_template
 from dropbox_eval.web.server import create_web
 from dropbox_eval.web.session import SESSION_SECONDS, OperatorSessions
 
@@ -66,19 +66,6 @@ def _csrf(page: requests.Response) -> str:
     return found.group(1)
 
 
-def _drop(app: App, client: str, name: str, body: str) -> Path:
-    path = app.settings.inbox_path / client / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, body)
-    return path
-
-
-def _finish_all(app: App, forge: SandboxForge, batch_id: str, labels: list[str]) -> None:
-    owner, name = app.store.get_batch(batch_id).repo.split("/")
-    for issue, label in zip(forge.issues(owner, name), labels, strict=True):
-        forge.finish_issue(owner, name, issue["number"], comment="done", labels=[label])
-
-
 def _archive_finished(
     app: App, forge: SandboxForge, client: str, count: int, labels: list[str]
 ) -> None:
@@ -86,8 +73,8 @@ def _archive_finished(
     (results, reports, archive)."""
     for n in range(count):
         batch_id = app.intake.submit_batch(client, tasks(2), batch_ref=f"b{n}")["batch_id"]
-        _finish_all(app, forge, batch_id, labels)
-    Service(app).run(once=True)
+        finish_issues(forge, app.store.get_batch(batch_id).repo, labels, comment="done")
+    service_for(app).run(once=True)
 
 
 def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -111,25 +98,27 @@ def test_metrics_match_the_store_after_a_demo_sized_run(
     app: App, forge: SandboxForge, funded: str, web: str
 ) -> None:
     app.settings.metrics_per_client = True  # SAAS_EVAL_METRICS_PER_CLIENT
-    _drop(app, funded, "one.json", json.dumps({"batch_ref": "one", "tasks": tasks(3)}))
-    _drop(app, funded, "bad.json", "{not json")
-    _drop(app, funded, "empty.json", json.dumps({"tasks": []}))
-    Service(app).run(once=True)
+    inbox = app.settings.inbox_path
+    drop(inbox, "one.json", {"batch_ref": "one", "tasks": tasks(3)}, funded)
+    drop(inbox, "bad.json", "{not json", funded)
+    drop(inbox, "empty.json", {"tasks": []}, funded)
+    service_for(app).run(once=True)
     done_id = app.store.find_batch(funded, batch_ref="one")
     assert done_id is not None
-    _finish_all(app, forge, done_id, ["eval-pass", "eval-fail", "eval-pass"])
+    verdicts = ["eval-pass", "eval-fail", "eval-pass"]
+    finish_issues(forge, app.store.get_batch(done_id).repo, verdicts, comment="done")
     running_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
-    Service(app).run(once=True)
-    waiting = _drop(app, funded, "later.json.part", "x").with_name("later.json")
+    service_for(app).run(once=True)
+    waiting = drop(inbox, "later.json.part", "x", funded).with_name("later.json")
     waiting.write_text("{}")  # dropped after the last pass: waits for the service
 
     samples = _samples(web)
     rows = app.store.list_batches()
-    assert {r["status"] for r in rows} == {"emitted", "running"}
+    assert {r.status for r in rows} == {"emitted", "running"}
     for status in ("emitted", "running", "cancelled"):
-        count = sum(1 for r in rows if r["status"] == status)
+        count = sum(1 for r in rows if r.status == status)
         assert samples[("dropbox_eval_batches", (("status", status),))] == count
-    every_task = [t for r in rows for t in app.store.get_tasks(r["batch_id"])]
+    every_task = [t for r in rows for t in app.store.get_tasks(r.batch_id)]
     for status in ("passed", "failed", "open"):
         count = sum(1 for t in every_task if t.status == status)
         assert samples[("dropbox_eval_tasks", (("status", status),))] == count
@@ -159,7 +148,7 @@ def test_metrics_match_the_store_after_a_demo_sized_run(
         (("method", "POST"), ("route", "/api/v1/repos/{owner}/{repo}/issues")),
     )
     assert samples[timed] == 5
-    assert running_id in {r["batch_id"] for r in rows}
+    assert running_id in {r.batch_id for r in rows}
 
 
 def test_an_undelivered_report_shows_its_age(
@@ -168,8 +157,8 @@ def test_an_undelivered_report_shows_its_age(
     batch_id = app.intake.submit_batch(funded, tasks(1), callback_url="http://127.0.0.1:9/closed")[
         "batch_id"
     ]
-    _finish_all(app, forge, batch_id, ["eval-pass"])
-    Service(app).run(once=True)
+    finish_issues(forge, app.store.get_batch(batch_id).repo, comment="done")
+    service_for(app).run(once=True)
     assert app.store.get_batch(batch_id).delivery_attempts == 1
     samples = _samples(web)
     assert samples[("dropbox_eval_reports", (("outcome", "pending"),))] == 1
@@ -178,7 +167,7 @@ def test_an_undelivered_report_shows_its_age(
 
 def test_healthz_and_readyz(app: App, forge: SandboxForge) -> None:
     watched = [True]
-    server = BackgroundServer(create_web(app, lambda: {} if watched[0] else None))
+    server = BackgroundServer(create_web(app.web, lambda: {} if watched[0] else None))
     url = server.start()
     try:
         assert requests.get(f"{url}/healthz", timeout=30).json() == {"ok": True}
@@ -195,7 +184,7 @@ def test_healthz_and_readyz(app: App, forge: SandboxForge) -> None:
         watched[0] = False
         forge.stop()
         server.stop()  # a new server: the readiness answer is cached for a few seconds
-        server = BackgroundServer(create_web(app, lambda: {} if watched[0] else None))
+        server = BackgroundServer(create_web(app.web, lambda: {} if watched[0] else None))
         url = server.start()
         answer = requests.get(f"{url}/readyz", timeout=30)
         assert answer.status_code == 503
@@ -393,10 +382,10 @@ def _opened_during(call: Callable[[], T]) -> tuple[T, list[str]]:
 def _store_figures(app: App) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """What /metrics must say, counted the slow way: every record, archived ones too."""
     rows = app.store.list_batches()
-    every_task = [t for r in rows for t in app.store.get_tasks(r["batch_id"])]
+    every_task = [t for r in rows for t in app.store.get_tasks(r.batch_id)]
     figures: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for status in ("emitted", "running", "failed"):
-        count = sum(1 for r in rows if r["status"] == status)
+        count = sum(1 for r in rows if r.status == status)
         figures[("dropbox_eval_batches", (("status", status),))] = count
     for task_status in ("passed", "failed", "open"):
         count = sum(1 for t in every_task if t.status == task_status)
@@ -405,9 +394,9 @@ def _store_figures(app: App) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
         charged = sum(-e.amount for e in app.store.ledger(client.client_id) if e.kind == "charge")
         figures[("dropbox_eval_credits_charged_total", (("client", client.client_id),))] = charged
         figures[("dropbox_eval_credits_held", (("client", client.client_id),))] = client.held
-    delivered = sum(1 for r in rows if r.get("emitted_at"))
+    delivered = sum(1 for r in rows if r.emitted_at)
     figures[("dropbox_eval_reports", (("outcome", "delivered"),))] = delivered
-    api = sum(1 for r in rows if r.get("source") in (None, "api"))
+    api = sum(1 for r in rows if r.source in (None, "api"))
     figures[("dropbox_eval_batches_accepted_total", (("source", "api"),))] = api
     return figures
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import PATIENCE, read_json, served, tasks, wait_for
+from helpers import drop, receipt_of
 from test_retry import Home
 
 from dropbox_eval.app import App
 from dropbox_eval.errors import EXIT_FAILED
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.util.fileio import write_atomically
 
 KEY = "pause-operator-key"
 
@@ -71,13 +71,12 @@ def service(home: Home) -> Iterator[Running]:
 
 
 def _drop(home: Home, name: str, count: int = 1) -> Path:
-    path = home.home / "inbox" / "acme" / name
-    write_atomically(path, json.dumps({"batch_ref": path.stem, "tasks": tasks(count)}))
-    return path
+    batch = {"batch_ref": Path(name).stem, "tasks": tasks(count)}
+    return drop(home.home / "inbox", name, batch, "acme")
 
 
 def _receipt(home: Home, name: str) -> Path:
-    return home.home / "inbox" / "acme" / "accepted" / f"{name}.receipt.json"
+    return receipt_of(home.home / "inbox" / "acme" / name)
 
 
 def _writes(forge: SandboxForge) -> list[str]:

@@ -1,6 +1,7 @@
-"""Readings are per issue (issue 29): one issue's forge error delays that issue only, and a
-deleted issue is `missing` at the next visit of its batch. The sandbox forge runs on a
-manual clock, so each history is played at exact forge instants."""
+"""Readings are per issue, so that one broken issue never holds up its batch: one issue's
+forge error delays that issue only, and a deleted issue is `missing` at the next visit of
+its batch. The sandbox forge runs on a manual clock, so each history is played at exact
+forge instants."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from concurrent.futures import wait
 from pathlib import Path
 
 import pytest
+from helpers import finish_issues
 from test_forge_history import SETTLE, _app, _batch, _clock
 
+from dropbox_eval.app import forge_worker
 from dropbox_eval.models import BatchStatus, TaskStatus
 from dropbox_eval.sandbox import ManualClock, SandboxForge
-from dropbox_eval.workers import ForgeWorker
 
 
 @pytest.fixture
@@ -28,7 +30,7 @@ def test_three_500s_on_one_timeline_delay_that_issue_only(
     forge: SandboxForge, tmp_path: Path
 ) -> None:
     app = _app(forge, tmp_path)
-    worker = ForgeWorker(app, threading.Event(), lambda what, exc: None)
+    worker = forge_worker(app, threading.Event(), lambda what, exc: None)
     batch_id, repo, numbers = _batch(app, 4)
     owner, name = repo.split("/")
     clock = _clock(forge)
@@ -64,8 +66,7 @@ def test_a_deleted_settling_issue_is_missing_at_the_next_visit(
     batch_id, repo, numbers = _batch(app, 2)
     owner, name = repo.split("/")
     clock = _clock(forge)
-    for number in numbers:
-        forge.finish_issue(owner, name, number, comment="PASS", labels=["eval-pass"])
+    finish_issues(forge, repo, comment="PASS")
     clock.advance(2)
     app.poller.poll_completed(batch_id)  # both settling
     forge.delete_issue(owner, name, numbers[0])

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from conftest import Receiver, read_json, tasks
+from helpers import finish_issues
 
 from dropbox_eval.app import App
 from dropbox_eval.errors import DeliveryError, NotFinished
@@ -21,10 +22,7 @@ def _repo(app: App, batch_id: str) -> tuple[str, str]:
 
 
 def _finish_all(app: App, forge: SandboxForge, batch_id: str, label: str = "eval-pass") -> None:
-    owner, name = _repo(app, batch_id)
-    for task in app.store.get_tasks(batch_id):
-        assert task.issue_number is not None
-        forge.finish_issue(owner, name, task.issue_number, comment=VERDICT, labels=[label])
+    finish_issues(forge, app.store.get_batch(batch_id).repo, label, comment=VERDICT)
 
 
 def test_funded_batch_creates_one_labelled_issue_per_task(

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,33 +14,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PATIENCE, read_json, start_receiver, tasks, wait_for
+from conftest import PATIENCE, read_json, serving, start_receiver, tasks, wait_for
+from helpers import closed_port, drop, finish_issues
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.billing.accounts import Billing
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
 from dropbox_eval.service import Service
-from dropbox_eval.store import Store
-from dropbox_eval.util.fileio import write_atomically
-
-
-def drop(settings: Settings, client: str, name: str, document: dict[str, object]) -> None:
-    """Drop a batch file the way an atomic uploader does (temp name, then rename)."""
-    write_atomically(settings.inbox_path / client / name, json.dumps(document))
+from dropbox_eval.store.engine import TinyDBStore
 
 
 @pytest.fixture
 def running(app: App) -> Iterator[Service]:
     """The service loop in a background thread (real watchdog observer)."""
-    service = Service(app)
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    assert wait_for(lambda: service.status.get("state") == "running")
-    yield service
-    service.stop()
-    thread.join(timeout=PATIENCE)
-    assert not thread.is_alive()
+    with serving(app) as service:
+        yield service
 
 
 def _service_env(tmp_path: Path, forge: SandboxForge) -> dict[str, str]:
@@ -64,8 +52,8 @@ def test_sigkill_during_intake_never_duplicates_or_loses(
     seed = int(os.environ.get("KILL_SEED", time.time()))
     rng = random.Random(seed)
     settings = load_settings(home=tmp_path)
-    Billing(Store(settings.state_path), 1).add_client("acme", 1000)
-    drop(settings, "acme", "big.json", {"batch_ref": "big", "tasks": tasks(500)})
+    Billing(TinyDBStore(settings.state_path), 1).add_client("acme", 1000)
+    drop(settings.inbox_path, "big.json", {"batch_ref": "big", "tasks": tasks(500)}, "acme")
     forge.set_delay(0.02)  # a real forge takes milliseconds per create
     env = _service_env(tmp_path, forge)
     command = [sys.executable, "-m", "dropbox_eval", "run"]
@@ -105,8 +93,8 @@ def test_sigkill_during_intake_never_duplicates_or_loses(
     reports = list(settings.outbox_path.glob("*.json"))
     assert len(reports) == 1
     assert read_json(reports[0])["counts"] == {"total": 500, "passed": 500, "failed": 0}
-    store = Store(settings.state_path)
-    assert [row["status"] for row in store.list_batches()] == ["emitted"]
+    store = TinyDBStore(settings.state_path)
+    assert [row.status for row in store.list_batches()] == ["emitted"]
     charges = [e for e in store.ledger("acme") if e.kind == "charge"]
     assert [c.amount for c in charges] == [-500]
     assert store.get_client("acme").balance == 500  # type: ignore[union-attr]
@@ -125,7 +113,7 @@ def test_forge_outage_of_30_seconds_during_polling(settings: Settings, forge: Sa
     forge.fail_for(30, 503)
     lane = SimulatedLane(forge.state, delay=0.0, interval=0.05)
     lane.start()
-    service = Service(app)
+    service = service_for(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     try:
@@ -144,19 +132,14 @@ def test_forge_outage_of_30_seconds_during_polling(settings: Settings, forge: Sa
 def test_callback_down_then_up_delivers_once_with_same_id(
     tmp_path: Path, forge: SandboxForge, settings: Settings
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()
     quick = settings.model_copy(update={"delivery_retry_base": 0.3})
     app = build_app(quick)
     app.billing.add_client("acme", 10)
     url = f"http://127.0.0.1:{port}/hook"
     batch_id = app.intake.submit_batch("acme", tasks(1), callback_url=url)["batch_id"]
-    for issue in forge.issues(forge.user, f"eval-acme-{batch_id}"):
-        forge.finish_issue(
-            forge.user, f"eval-acme-{batch_id}", issue["number"], comment="ok", labels=["eval-pass"]
-        )
-    service = Service(app)
+    finish_issues(forge, f"{forge.user}/eval-acme-{batch_id}")
+    service = service_for(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     server = None
@@ -198,7 +181,9 @@ def test_funding_from_another_process_while_service_charges(
         text=True,
     )
     for i in range(8):
-        drop(app.settings, funded, f"b{i}.json", {"batch_ref": f"b{i}", "tasks": tasks(2)})
+        drop(
+            app.settings.inbox_path, f"b{i}.json", {"batch_ref": f"b{i}", "tasks": tasks(2)}, funded
+        )
         time.sleep(0.05)
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
     assert wait_for(lambda: len(app.store.list_batches()) == 8)
@@ -215,15 +200,15 @@ def test_wrong_token_stops_work_with_a_message_and_service_stays_up(
 ) -> None:
     app = build_app(settings.model_copy(update={"gitea_token": "expired"}))
     app.billing.add_client("acme", 10)
-    service = Service(app)
+    service = service_for(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     try:
-        drop(app.settings, "acme", "a.json", {"tasks": tasks(1)})
+        drop(app.settings.inbox_path, "a.json", {"tasks": tasks(1)}, "acme")
         assert wait_for(lambda: "SAAS_EVAL_GITEA_TOKEN" in str(service.status.get("last_error")))
         assert thread.is_alive()
         rows = app.store.list_batches()
-        assert [r["status"] for r in rows] == ["running"]  # kept, resumes once the token works
+        assert [r.status for r in rows] == ["running"]  # kept, resumes once the token works
     finally:
         service.stop()
         thread.join(timeout=PATIENCE)

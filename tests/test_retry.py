@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 import requests
 from conftest import PATIENCE, read_json, served, tasks
+from helpers import finish_issues
 
 from dropbox_eval.app import App
 from dropbox_eval.errors import EXIT_FAILED, EXIT_REJECTED
 from dropbox_eval.models import utcnow
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.store import Store
+from dropbox_eval.store.engine import TinyDBStore
 
 
 class Home:
@@ -76,12 +77,8 @@ class Home:
     ) -> None:
         """The lane closes the batch's open issues (`eval-pass` unless `verdicts` says),
         each with `comment`."""
-        owner, name = self.json("batch", batch_id)["repo"].split("/")
-        for issue in self.forge.issues(owner, name):
-            if issue["state"] == "open":
-                label = (verdicts or {}).get(issue["number"], "eval-pass")
-                number = issue["number"]
-                self.forge.finish_issue(owner, name, number, comment=comment, labels=[label])
+        repo = self.json("batch", batch_id)["repo"]
+        finish_issues(self.forge, repo, verdicts or {}, comment=comment)
 
 
 @pytest.fixture
@@ -134,7 +131,8 @@ def test_an_expired_batch_is_retried_with_only_its_failed_and_expired_tasks(home
     home.forge.finish_issue(owner, name, number["t1"], comment="ok", labels=["eval-pass"])
     home.forge.finish_issue(owner, name, number["t2"], comment="no", labels=["eval-fail"])
     assert home.run("poll", batch_id).returncode == 0
-    Store(home.home / "state").update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
+    store = TinyDBStore(home.home / "state")
+    store.update_batch(batch_id, deadline=utcnow() - timedelta(seconds=1))
     assert home.run("run", "--once").returncode == 0  # the deadline passed: expired
     statuses = {t["task_id"]: t["status"] for t in home.json("batch", batch_id)["tasks"]}
     assert statuses == {"t1": "passed", "t2": "failed", "t3": "expired"}

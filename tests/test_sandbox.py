@@ -2,60 +2,16 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 import pytest
 import requests
 from conftest import PATIENCE, wait_for
+from sandbox_client import Api, new_api, session
 
 from dropbox_eval.sandbox import ForgeState, RequestLogEntry, SandboxForge, SimulatedLane
-
-_names = itertools.count(1)
-
-
-@dataclass
-class Api:
-    """A token-authenticated session bound to one fresh repo of a running forge."""
-
-    forge: SandboxForge
-    session: requests.Session
-    owner: str
-    repo: str
-
-    @property
-    def base(self) -> str:
-        return f"{self.forge.url}/api/v1"
-
-    @property
-    def repo_url(self) -> str:
-        return f"{self.base}/repos/{self.owner}/{self.repo}"
-
-    def get(self, path: str, **params: Any) -> requests.Response:
-        return self.session.get(self.repo_url + path, params=params, timeout=30)
-
-    def post(self, path: str, body: Any) -> requests.Response:
-        return self.session.post(self.repo_url + path, json=body, timeout=30)
-
-    def label(self, name: str, color: str = "ff0000") -> int:
-        response = self.post("/labels", {"name": name, "color": color})
-        assert response.status_code == 201, response.text
-        return int(response.json()["id"])
-
-    def issue(self, title: str = "task", body: str = "", labels: list[int] | None = None) -> int:
-        response = self.post("/issues", {"title": title, "body": body, "labels": labels or []})
-        assert response.status_code == 201, response.text
-        return int(response.json()["number"])
-
-
-def _session(token: str) -> requests.Session:
-    session = requests.Session()
-    session.headers["Authorization"] = f"token {token}"
-    return session
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +24,10 @@ def sandbox() -> Iterator[SandboxForge]:
 @pytest.fixture
 def api(sandbox: SandboxForge) -> Iterator[Api]:
     """A fresh repo in the user's namespace, with faults and the log reset."""
+    made = new_api(sandbox)
+    yield made
     sandbox.state.faults.clear()
-    sandbox.clear_requests()
-    session = _session(sandbox.token)
-    name = f"repo{next(_names)}"
-    created = session.post(f"{sandbox.url}/api/v1/user/repos", json={"name": name}, timeout=30)
-    assert created.status_code == 201, created.text
-    yield Api(sandbox, session, sandbox.user, name)
-    sandbox.state.faults.clear()
-    session.close()
+    made.session.close()
 
 
 def _age(forge: SandboxForge, api: Api, number: int, seconds: float) -> None:
@@ -106,7 +57,7 @@ def test_auth_401_without_or_with_wrong_token(sandbox: SandboxForge) -> None:
             f"{base}/user", headers={"Authorization": f"{scheme} {sandbox.token}"}, timeout=30
         )
         assert ok.status_code == 200 and ok.json()["login"] == sandbox.user
-    settings = _session(sandbox.token).get(f"{base}/settings/api", timeout=30).json()
+    settings = session(sandbox.token).get(f"{base}/settings/api", timeout=30).json()
     assert settings["max_response_items"] == 50 and settings["default_paging_num"] == 30
 
 
@@ -319,9 +270,9 @@ def lane_forge() -> Iterator[SandboxForge]:
 
 
 def test_lane_closes_due_task_issues_with_verdict(lane_forge: SandboxForge) -> None:
-    session = _session(lane_forge.token)
-    api = Api(lane_forge, session, lane_forge.user, "lanerepo")
-    session.post(f"{api.base}/user/repos", json={"name": api.repo}, timeout=30)
+    lane_session = session(lane_forge.token)
+    api = Api(lane_forge, lane_session, lane_forge.user, "lanerepo")
+    lane_session.post(f"{api.base}/user/repos", json={"name": api.repo}, timeout=30)
     task = api.label("eval-task")
     good = api.issue("Good", labels=[task])
     bad = api.issue("Bad", body="please lane:fail now", labels=[task])

@@ -1,4 +1,4 @@
-"""The sandbox says no where Gitea says no (issue 20, point 8): each behaviour below was read
+"""The sandbox says no where Gitea says no: each behaviour below was read
 in Gitea's sources (the function is named in the sandbox's code) and is checked over real
 loopback HTTP."""
 

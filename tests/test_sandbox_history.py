@@ -1,4 +1,4 @@
-"""The sandbox plays histories real forges have (issue 29): comment deletes, repo transfers,
+"""The sandbox plays histories real forges have: comment deletes, repo transfers,
 users acting with their own tokens, and a lagging search index; over loopback HTTP."""
 
 from __future__ import annotations

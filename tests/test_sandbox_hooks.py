@@ -1,4 +1,4 @@
-"""The sandbox sends webhooks like Gitea and answers the cross-repo issue search (issue 12)."""
+"""The sandbox sends webhooks like Gitea and answers the cross-repo issue search."""
 
 from __future__ import annotations
 

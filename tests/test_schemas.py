@@ -1,4 +1,4 @@
-"""The published JSON Schemas (issue 22): generated from the models, shipped in the
+"""The published JSON Schemas: generated from the models, shipped in the
 package, printed by `dropbox-eval schema`, and met by every document the service writes."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema_rs
 import pytest
 from conftest import SCHEMAS, read_json, schema_problems, tasks
+from helpers import drop
 
 from dropbox_eval.app import App
 from dropbox_eval.schemas import DIALECT, NAMES, rendered, shipped
@@ -93,10 +94,8 @@ def test_the_batch_schema_takes_the_valid_examples_and_refuses_shape_errors() ->
 
 
 def _drop(app: App, name: str, data: bytes, client: str | None = None) -> Path:
-    folder = app.settings.inbox_path / client if client else app.settings.inbox_path
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_bytes(data)
-    outcome = app.inbox.process(folder / name)
+    """Drop a file and let the inbox take it; where it went."""
+    outcome = app.inbox.process(drop(app.settings.inbox_path, name, data, client))
     assert outcome.path is not None, outcome
     return outcome.path
 

@@ -1,4 +1,4 @@
-"""Polling as the backstop: one search per idle cycle however many repos are live (issue 12)."""
+"""Polling as the backstop: one search per idle cycle however many repos are live."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from conftest import tasks, wait_for
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.config import Settings
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.sandbox import SandboxForge
@@ -26,7 +26,7 @@ def _start(settings: Settings, forge: SandboxForge, batches: int) -> tuple[App, 
         app.intake.submit_batch("acme", tasks(3), batch_ref=f"b{n}")["batch_id"]
         for n in range(batches)
     ]
-    service = Service(app)
+    service = service_for(app)
     service.poll_cycle()  # cycle 1 (full): every repo is listed once
     return app, service, ids
 

@@ -1,4 +1,4 @@
-"""Secrets at rest (issue 19): a private state folder, 0600 secret files, old installs fixed.
+"""Secrets at rest: a private state folder, 0600 secret files, old installs fixed.
 
 Real folders and the real command line (in-process, `Cli`); what clients read (receipts,
 error files, reports) stays readable by them.

@@ -46,7 +46,7 @@ from histories import (
     verdict,
 )
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, forge_worker
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.sandbox import LANE_BOT, ManualClock, SandboxForge
 from dropbox_eval.util.webserver import BackgroundServer
@@ -137,7 +137,7 @@ def _run(forge: SandboxForge, home: Path, mode: Mode, count: int, stack: ExitSta
     """A service in `mode` with a batch of `count` tasks, its labels made."""
     app = _app(forge, home, **({"forge_webhook_secret": SECRET} if mode.hooked else {}))
     errors: list[str] = []
-    worker = ForgeWorker(app, threading.Event(), lambda what, exc: errors.append(f"{what}: {exc}"))
+    worker = forge_worker(app, threading.Event(), lambda what, exc: errors.append(f"{what}: {exc}"))
     batch_id = str(app.intake.submit_batch("acme", tasks(count))["batch_id"])
     run = Run(app, worker, batch_id, mode, errors)
     clock = _clock(forge)
@@ -146,7 +146,7 @@ def _run(forge: SandboxForge, home: Path, mode: Mode, count: int, stack: ExitSta
     for label in (PASS, FAIL):
         forge.state.create_label(owner, name, label, "00aa00")
     if mode.hooked:
-        server = BackgroundServer(create_api(app), name="settle-moment-api")
+        server = BackgroundServer(create_api(app.web), name="settle-moment-api")
         url = server.start()
         stack.callback(server.stop)
         forge.state.hooks.add(f"repo:{run.repo}", f"{url}/hooks/forge", SECRET, HOOK_EVENTS)
@@ -253,7 +253,7 @@ def test_a_batch_follows_its_repo_transferred_while_its_results_settle(
 ) -> None:
     clock = _clock(forge)
     app = _app(forge, tmp_path)
-    worker = ForgeWorker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
+    worker = forge_worker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
     batch_id = str(app.intake.submit_batch("acme", tasks(3))["batch_id"])
     repo = app.store.get_batch(batch_id).repo
     owner, name = repo.split("/")
@@ -304,7 +304,7 @@ def test_the_search_finds_a_close_behind_a_lagging_index_within_its_overlap(
     close at first, and the next search finds it (the repo is never listed meanwhile)."""
     clock = _clock(forge)
     app = _app(forge, tmp_path, full_poll_every=1000)
-    worker = ForgeWorker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
+    worker = forge_worker(app, threading.Event(), lambda what, exc: pytest.fail(f"{what}: {exc}"))
     batches = [str(app.intake.submit_batch("acme", tasks(1))["batch_id"]) for _ in range(2)]
     repo = app.store.get_batch(batches[0]).repo
     owner, name = repo.split("/")

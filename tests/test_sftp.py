@@ -1,4 +1,4 @@
-"""The built-in SFTP endpoint (issue 14) with real clients: OpenSSH's sftp/scp and paramiko.
+"""The built-in SFTP endpoint with real clients: OpenSSH's sftp/scp and paramiko.
 
 One endpoint runs as a real `dropbox-eval sftp` subprocess and one real `Service` (inotify
 watcher, sandbox forge) runs in a thread, both on the same tmp home, shared by the module
@@ -190,7 +190,7 @@ def test_killed_client_mid_upload_leaves_no_batch(stack: Stack, tmp_path: Path) 
     assert proc.stdin is not None
     proc.stdin.write("put slow.json\n")
     proc.stdin.close()
-    assert wait_for(lambda: any(".slow.json.part" in n for n in leftovers(stack))), (
+    assert wait_for(lambda: any(".slow.json.tmp" in n for n in leftovers(stack))), (
         tmp_path / "err"
     ).read_text()
     proc.kill()
@@ -219,7 +219,7 @@ def test_killed_client_mid_upload_leaves_no_batch(stack: Stack, tmp_path: Path) 
 
 
 def _batches(stack: Stack) -> list[Any]:
-    return [stack.app.store.get_batch(row["batch_id"]) for row in stack.app.store.list_batches()]
+    return [stack.app.store.get_batch(row.batch_id) for row in stack.app.store.list_batches()]
 
 
 def test_file_over_the_limit_fails_during_the_upload(stack: Stack, tmp_path: Path) -> None:
@@ -388,7 +388,7 @@ def test_wrong_key_wrong_user_and_passwords_are_refused(stack: Stack, tmp_path: 
 
 
 def test_a_reserved_user_name_never_logs_in(stack: Stack) -> None:
-    """Issue 19: a key file left for a reserved id (from before ids were reserved) would
+    """A key file left for a reserved id (from before ids were reserved) would
     make `inbox/accepted/`, where every top-level drop is filed, someone's SFTP root."""
     keys = stack.home / "state" / "sftp" / "keys"
     acme_key = (keys / f"{stack.acme}.pub").read_text()
@@ -411,7 +411,7 @@ def test_repeated_failures_from_one_address_are_refused_early(stack: Stack) -> N
     assert refused.returncode == 255 and "too many failed logins" in refused.stderr
     assert f"refused 127.0.0.6 as '{stack.acme}'" in stack.log_text()
     assert sftp(stack, "ls\n", key="acme", bind="127.0.0.7").returncode == 0  # others are fine
-    # and so is another client behind the same address (issue 19: a shared NAT)
+    # and so is another client behind the same address (a shared NAT)
     assert sftp(stack, "ls\n", user=stack.other, key="other", bind="127.0.0.6").returncode == 0
 
 
@@ -504,7 +504,7 @@ def test_key_commands_and_status(stack: Stack, tmp_path: Path) -> None:
     assert second.returncode == 5 and "already runs" in second.stderr
 
 
-# -- the README's upload recipes, with the real clients (issue 21) ----------------------------
+# -- the README's upload recipes, with the real clients -------------------------------------
 
 
 def lftp(stack: Stack, client: str, commands: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Per-client bounds of the SFTP endpoint (issue 19, items 2-5), black-box.
+"""Per-client bounds of the SFTP endpoint, so one client cannot starve the others, black-box.
 
 A real `dropbox-eval sftp` runs under a 256-descriptor limit (soft and hard) beside a real
 service, with small limits, and real clients (OpenSSH's `sftp`, paramiko) push on each
@@ -110,7 +110,7 @@ def sessions(stack: Stack, count: int, bind: str = "127.0.0.1") -> list[paramiko
     return opened
 
 
-# -- item 2: one client's retries and failures lock out no one else --------------------------
+# -- one client's retries and failures lock out no one else --------------------------
 
 
 def test_retrying_past_the_session_limit_is_no_failed_login(stack: Stack) -> None:
@@ -163,7 +163,7 @@ def test_a_spray_across_user_names_locks_the_address(stack: Stack) -> None:
     assert sftp(stack, "ls\n", bind="127.0.0.55").returncode == 0
 
 
-# -- item 3: open files, per session and per client -------------------------------------------
+# -- open files, per session and per client -------------------------------------------
 
 
 def test_open_files_are_capped_per_session_and_per_client(stack: Stack) -> None:
@@ -233,7 +233,7 @@ def test_the_endpoint_raises_its_soft_descriptor_limit_at_start(tmp_path: Path) 
     assert "raised from 64 to 1024" in (tmp_path / "log").read_text()
 
 
-# -- item 4: the storage quota and the sweep ---------------------------------------------------
+# -- the storage quota and the sweep ---------------------------------------------------
 
 
 def test_pending_bytes_over_the_quota_are_refused_with_a_clear_message(
@@ -315,7 +315,7 @@ def test_stale_temporary_uploads_are_swept_and_logged(
     live.unlink()
 
 
-# -- item 5: names reach no log line raw ------------------------------------------------------
+# -- names reach no log line raw ------------------------------------------------------
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ |^  ")
 

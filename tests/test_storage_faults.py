@@ -427,7 +427,7 @@ def test_a_drop_that_storage_refused_waits_and_is_not_accepted_twice(
     accepted = [m for m in caplog.messages if "accepted 1 tasks from acme" in m]
     assert len(accepted) == 1  # the second look files the batch the first one recorded
     assert any("recorded before from acme/x.json; filing it" in m for m in caplog.messages)
-    assert [row["batch_ref"] for row in app.store.list_batches()] == ["x"]
+    assert [row.batch_ref for row in app.store.list_batches()] == ["x"]
     assert storage.probe("inbox", drop.parent / "accepted" / "x.json") is None  # a file
 
 

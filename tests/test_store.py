@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import tasks
+from helpers import finish_issues
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.billing.accounts import Billing
@@ -19,22 +20,23 @@ from dropbox_eval.config import Settings
 from dropbox_eval.errors import NotFoundError, StoreError
 from dropbox_eval.models import BatchFile
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.store import Store, append_lines
+from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.files import append_lines
 from dropbox_eval.util import crashpoints, fileio
 
 FUND_SCRIPT = """
 import sys
 from pathlib import Path
 from dropbox_eval.billing.accounts import Billing
-from dropbox_eval.store import Store
-billing = Billing(Store(Path(sys.argv[1])), 1)
+from dropbox_eval.store.engine import TinyDBStore
+billing = Billing(TinyDBStore(Path(sys.argv[1])), 1)
 for _ in range(int(sys.argv[2])):
     billing.fund("acme", 1)
 """
 
 
 def test_concurrent_funding_from_processes_and_threads_is_exact(tmp_path: Path) -> None:
-    billing = Billing(Store(tmp_path), 1)
+    billing = Billing(TinyDBStore(tmp_path), 1)
     billing.add_client("acme", 0)
     procs = [
         subprocess.Popen([sys.executable, "-c", FUND_SCRIPT, str(tmp_path), "40"]) for _ in range(2)
@@ -55,7 +57,7 @@ def test_concurrent_funding_from_processes_and_threads_is_exact(tmp_path: Path) 
 
 
 def test_corrupt_state_fails_loudly_and_is_not_reset(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = TinyDBStore(tmp_path)
     Billing(store, 1).add_client("acme", 5)
     index = tmp_path / "index.json"
     index.write_text('{"clients": {"1": {"client_id": "ac')
@@ -65,14 +67,14 @@ def test_corrupt_state_fails_loudly_and_is_not_reset(tmp_path: Path) -> None:
 
 
 def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
-    Store(tmp_path)
+    TinyDBStore(tmp_path)
     stale = tmp_path / "batches" / ".x.json.abc.tmp"
     stale.write_text("half")
     old = time.time() - 3600
     os.utime(stale, (old, old))
     live = tmp_path / ".index.json.def.tmp"  # another process may be writing this one now
     live.write_text("{")
-    Store(tmp_path)
+    TinyDBStore(tmp_path)
     assert not stale.exists()
     assert live.exists()
 
@@ -81,15 +83,13 @@ def test_emitted_batches_leave_the_index_but_stay_visible(
     app: App, forge: SandboxForge, funded: str
 ) -> None:
     first = app.intake.submit_batch(funded, tasks(2), batch_ref="one")["batch_id"]
-    owner, name = app.store.get_batch(first).repo.split("/")
-    for issue in forge.issues(owner, name):
-        forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    finish_issues(forge, app.store.get_batch(first).repo)
     app.poller.poll_completed(first)
     app.delivery.emit(first)
     index = json.loads((app.settings.state_path / "index.json").read_text())
     assert index["batches"] == {}
     assert [e["kind"] for e in index["ledger"].values()] == ["fund"]
-    assert [r["status"] for r in app.store.list_batches()] == ["emitted"]
+    assert [r.status for r in app.store.list_batches()] == ["emitted"]
     assert app.store.list_batches(live_only=True) == []
     kinds = [e.kind for e in app.store.ledger(funded)]
     assert kinds == ["fund", "hold", "charge", "release"]
@@ -108,9 +108,7 @@ def test_duplicate_keys_are_written_as_the_batch_leaves_the_index(
     assert not keys.exists()  # a live batch is found by its index row
     again = app.intake.submit_batch(funded, tasks(1), batch_ref="kept")
     assert again["batch_id"] == first and again["duplicate"] is True  # the live row found it
-    owner, name = app.store.get_batch(first).repo.split("/")
-    for issue in forge.issues(owner, name):
-        forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    finish_issues(forge, app.store.get_batch(first).repo)
     app.poller.poll_completed(first)
     app.delivery.emit(first)
     assert app.store.list_batches(live_only=True) == []
@@ -120,7 +118,7 @@ def test_duplicate_keys_are_written_as_the_batch_leaves_the_index(
 
 
 def test_archive_survives_a_line_cut_short(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = TinyDBStore(tmp_path)
     ledger = tmp_path / "archive" / "clients" / "x" / "ledger.jsonl"
     ledger.parent.mkdir(parents=True)
     ledger.write_text('{"entry_id": "a", "client_id": "x"')  # a crash mid-append
@@ -131,7 +129,7 @@ def test_archive_survives_a_line_cut_short(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("batch_id", ["../index", "a/b", "x" * 300, "Ṱo ïnvoke", "", ".."])
 def test_unusable_batch_ids_are_simply_not_found(tmp_path: Path, batch_id: str) -> None:
-    store = Store(tmp_path)
+    store = TinyDBStore(tmp_path)
     with pytest.raises(NotFoundError):
         store.get_batch(batch_id)
     with pytest.raises(NotFoundError):
@@ -140,7 +138,7 @@ def test_unusable_batch_ids_are_simply_not_found(tmp_path: Path, batch_id: str) 
 
 def test_ledger_entries_apply_to_the_balance_as_posted(app: App, funded: str) -> None:
     """Entries made before a concurrent change still add up (the store applies deltas)."""
-    stale = app.billing.settlement(funded, "b1", hold=0, charged=10)
+    stale = app.billing.final_charge(funded, "b1", hold=0, charged=10)
     app.billing.fund(funded, 500)  # lands between computing and posting the settlement
     app.store.settle(stale)
     client = app.billing.client(funded)
@@ -154,7 +152,7 @@ def test_intake_lease_excludes_a_second_holder(
     offline = build_app(settings.model_copy(update={"gitea_url": None}))
     batch_id = offline.intake.submit_batch(funded, tasks(3))["batch_id"]
     forge.clear_requests()
-    with app.store.intake_lease(batch_id) as mine:
+    with app.store.claim_issues(batch_id) as mine:
         assert mine
         assert app.intake.open_issues(batch_id) == 0  # someone else is creating them
         assert forge.requests == []
@@ -169,22 +167,23 @@ def test_a_batch_being_staged_is_left_alone_and_one_never_committed_leaves_no_fi
     store, intake = app.store, app.intake
     spec = BatchFile.model_validate({"client_id": funded, "tasks": tasks(2)})
     record = intake.new_record(spec, funded, 2, "inbox/acme/a.json", None)
-    with store.staged_batch(record, intake.task_records(record, spec)) as commit:
-        assert store.live_record_ids() == [record.batch_id] and store.live_rows() == []
-        assert store.being_staged(record.batch_id)
+    records = intake.task_records(record, spec)
+    with store.transaction(preparing=(record, records)) as tx:
+        assert store.stored_batch_ids() == [record.batch_id]
+        assert store.list_batches(live_only=True) == []
+        assert store.being_recorded(record.batch_id)
         assert app.statecheck.run(repair=True) == []  # not a finding, nothing removed
-        assert not store.discard_unrecorded(record.batch_id)
-        assert store.live_record_ids() == [record.batch_id]
-        with store.locked():
-            commit(app.billing.hold_entry(funded, 2, record.batch_id))
-    assert not store.being_staged(record.batch_id)
+        assert not store.drop_unrecorded(record.batch_id)
+        assert store.stored_batch_ids() == [record.batch_id]
+        tx.record_batch(record, records, app.billing.hold_entry(funded, 2, record.batch_id))
+    assert not store.being_recorded(record.batch_id)
     assert app.billing.client(funded).held == 2
     assert len(store.get_tasks(record.batch_id)) == 2
 
     refused = intake.new_record(spec, funded, 2, "inbox/acme/b.json", None)
-    with store.staged_batch(refused, intake.task_records(refused, spec)):
-        pass  # a duplicate or a refusal found under the lock: no commit
-    assert store.live_record_ids() == [record.batch_id]
+    with store.transaction(preparing=(refused, intake.task_records(refused, spec))):
+        pass  # a duplicate or a refusal found in the transaction: not recorded
+    assert store.stored_batch_ids() == [record.batch_id]
     assert not (store.tasks.live / f"{refused.batch_id}.json").exists()
     assert not (store.leases_dir / f"{refused.batch_id}.lock").exists()
     assert app.statecheck.run(repair=False) == []
@@ -230,9 +229,9 @@ def test_a_commit_that_fails_after_its_rename_keeps_the_batch_files(
     with pytest.raises(OSError):
         app.intake.submit_batch(funded, tasks(1), batch_ref="r1")
     monkeypatch.setattr(fileio.crashpoints, "wrote", real)
-    (row,) = app.store.live_rows()
-    assert app.store.live_record_ids() == [row["batch_id"]]
-    assert len(app.store.get_tasks(row["batch_id"])) == 1
+    (row,) = app.store.list_batches(live_only=True)
+    assert app.store.stored_batch_ids() == [row.batch_id]
+    assert len(app.store.get_tasks(row.batch_id)) == 1
     assert app.statecheck.run(repair=False) == []
 
 

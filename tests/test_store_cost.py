@@ -1,4 +1,4 @@
-"""Store cost follows the change and the page, not the batch size or the history (issue 12)."""
+"""Store cost follows the change and the page, not the batch size or the history."""
 
 from __future__ import annotations
 
@@ -8,19 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from conftest import tasks
+from helpers import finish_issues
 
 from dropbox_eval.app import App
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.store import Store
+from dropbox_eval.store.engine import TinyDBStore
 
 
 def _finish_all(app: App, forge: SandboxForge, batch_id: str) -> None:
-    repo = app.store.get_batch(batch_id).repo.split("/", 1)[1]
-    for task in app.store.get_tasks(batch_id):
-        forge.finish_issue(
-            forge.user, repo, task.issue_number or 0, comment="ok", labels=["eval-pass"]
-        )
+    finish_issues(forge, app.store.get_batch(batch_id).repo)
     app.poller.poll_completed(batch_id, full=True)
     app.delivery.emit(batch_id)
 
@@ -42,7 +39,7 @@ def test_a_task_change_appends_one_line_instead_of_rewriting_the_batch(
 
 
 def test_the_journal_is_folded_in_once_it_outgrows_the_base(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = TinyDBStore(tmp_path)
     store.tasks.create("b1", [{"task_id": f"t{i}", "status": "open"} for i in range(3)])
     for n in range(2000):
         store.tasks.append("b1", {"t1": {"note": "x" * 40, "n": n}})
@@ -52,7 +49,7 @@ def test_the_journal_is_folded_in_once_it_outgrows_the_base(tmp_path: Path) -> N
 
 
 def test_a_crash_during_compaction_loses_nothing(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = TinyDBStore(tmp_path)
     store.tasks.create("b1", [{"task_id": "t1", "v": 0}, {"task_id": "t2", "v": 0}])
     store.tasks.append("b1", {"t1": {"v": 1}})
     store.tasks.append("b1", {"t1": {"v": 2}, "t2": {"v": 5}})
@@ -66,7 +63,7 @@ def test_a_crash_during_compaction_loses_nothing(tmp_path: Path) -> None:
 def test_another_process_s_change_is_seen_despite_the_cache(app: App, funded: str) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(2))["batch_id"]
     assert app.store.get_tasks(batch_id)[0].status == TaskStatus.OPEN  # now cached
-    other = Store(app.settings.state_path)  # another process's view of the same folder
+    other = TinyDBStore(app.settings.state_path)  # another process's view of the same folder
     other.update_tasks(batch_id, {"t1": {"status": TaskStatus.MISSING}})
     assert app.store.get_tasks(batch_id)[0].status == TaskStatus.MISSING
 
@@ -85,9 +82,9 @@ def test_emitted_batches_leave_the_live_folders_and_listings_page_from_the_end(
     assert app.store.get_batch(ids[0]).status == "emitted"  # still found, in the archive
     assert [t.status for t in app.store.get_tasks(ids[0])] == [TaskStatus.PASSED]
     page = app.store.page_batches(client_id=funded, limit=3)
-    assert [r["batch_id"] for r in page] == [ids[5], ids[4], ids[3]]
+    assert [r.batch_id for r in page] == [ids[5], ids[4], ids[3]]
     second = app.store.page_batches(client_id=funded, limit=3, offset=3)
-    assert [r["batch_id"] for r in second] == [ids[2], ids[1], ids[0]]
+    assert [r.batch_id for r in second] == [ids[2], ids[1], ids[0]]
     assert app.store.count_batches(funded) == {"emitted": 5, "running": 1}
     newest = app.store.ledger(funded, limit=2)
     assert [(e.kind, e.batch_id) for e in newest] == [("charge", ids[4]), ("release", ids[4])]
@@ -95,10 +92,16 @@ def test_emitted_batches_leave_the_live_folders_and_listings_page_from_the_end(
 
 
 def test_a_page_reads_only_the_end_of_a_long_archive(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = TinyDBStore(tmp_path)
     history = tmp_path / "archive" / "clients" / "acme" / "batches.jsonl"
     history.parent.mkdir(parents=True)
-    row = {"client_id": "acme", "status": "emitted"}
+    row = {
+        "client_id": "acme",
+        "status": "emitted",
+        "total": 1,
+        "repo": "acme/r",
+        "created_at": "2026-01-01T00:00:00Z",
+    }
     with history.open("w") as handle:
         for n in range(50_000):
             handle.write(json.dumps({**row, "batch_id": f"b{n:06d}"}) + "\n")
@@ -112,7 +115,7 @@ def test_a_page_reads_only_the_end_of_a_long_archive(tmp_path: Path) -> None:
 
     store.archive_rows.newest_batches = counted  # type: ignore[method-assign]
     page = store.page_batches(client_id="acme", limit=20, offset=20)
-    assert [r["batch_id"] for r in page][:2] == ["b049979", "b049978"]
+    assert [r.batch_id for r in page][:2] == ["b049979", "b049978"]
     assert len(taken) == 40  # the rows of the page and the ones skipped, no more
 
 

@@ -29,12 +29,14 @@ LAYERS = {
     "ops": 9,
     **dict.fromkeys(("inbox", "sftp"), 10),
     **dict.fromkeys(("web", "workers", "sandbox"), 11),
-    "app": 12,  # the composition root
-    "service": 13,
+    "service": 12,
+    "app": 13,  # the composition root
     "cli": 14,
     "__main__": 15,
 }
 COMPOSITION_ROOT = "dropbox_eval.app"
+# the hooks parts are given (besides every `on_*`): set only when a part is built
+HOOK_NAMES = frozenset({"paused", "open_now", "retry_at", "report", "close", "cancel"})
 LONGEST_CHAIN = 12
 
 
@@ -177,6 +179,38 @@ def test_import_chains_are_short() -> None:
 def test_the_chain_finder_finds_the_longest_chain() -> None:
     graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"d"}, "d": set()}
     assert _longest_chain(graph) == ["a", "b", "c", "d"]
+
+
+def _late_wiring(tree: ast.Module) -> Iterator[str]:
+    """Assignments that give another object a hook or a collaborator after it was built:
+    `x.on_done = ...`, `x.hook = lambda ...`, `self.part.hook = self.method`."""
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for target in targets:
+            if not isinstance(target, ast.Attribute):
+                continue
+            owner = target.value
+            own = isinstance(owner, ast.Name) and owner.id == "self"
+            if own:
+                continue
+            hook = target.attr.startswith("on_") or target.attr in HOOK_NAMES
+            if hook or isinstance(node.value, ast.Lambda):
+                yield f"line {node.lineno}: {ast.unparse(target)} = {ast.unparse(node.value)}"
+
+
+def test_no_part_is_wired_after_it_is_built() -> None:
+    found = [
+        f"{module} {line}"
+        for module, path in MODULES.items()
+        if module != COMPOSITION_ROOT and not module.startswith(OUTSIDE)
+        for line in _late_wiring(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert found == []
+
+
+def test_the_late_wiring_finder_finds_hooks_given_later() -> None:
+    source = "inbox.on_recorded = opener.offer\nself.part.paused = lambda: None\nx.count = 3\n"
+    assert len(list(_late_wiring(ast.parse(source)))) == 2
 
 
 def test_few_modules_import_the_composition_root() -> None:

@@ -1,4 +1,4 @@
-"""`submit` beside a running service (issue 21): the file is handed over, never raced for;
+"""`submit` beside a running service: the file is handed over, never raced for;
 the command reports exactly what the service filed, and never says `busy` for a file the
 service accepted. Real `dropbox-eval submit` processes, a real service on the same home."""
 
@@ -16,9 +16,8 @@ import pytest
 from conftest import settings_on, tasks, wait_for
 from filelock import FileLock
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 
 
 def submit(
@@ -53,7 +52,7 @@ def running(tmp_path: Path, forge: SandboxForge) -> Iterator[App]:
     # renamed into a folder created a moment before only as a synthetic "created" event,
     # which waits the quiet period like any file written in place
     (settings.inbox_path / "acme").mkdir(parents=True)
-    service = Service(app)
+    service = service_for(app)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     assert wait_for(lambda: service.status.get("last_poll_at") is not None, 30)
@@ -111,7 +110,7 @@ def test_a_service_that_does_not_take_the_file_in_time_keeps_it(
     assert answer["ok"] is False and answer["reason"] == "not_filed_yet"
     assert "stays in the inbox" in answer["message"]
     assert (tmp_path / "inbox" / "slow.json").exists()  # handed over, waiting for the service
-    assert Service(app).run(once=True) == 0
+    assert service_for(app).run(once=True) == 0
     assert (tmp_path / "inbox" / "accepted" / "slow.json.receipt.json").exists()
 
 

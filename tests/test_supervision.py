@@ -1,4 +1,4 @@
-"""Nothing stops silently (issue 28), against a real `dropbox-eval run --http-port 0`
+"""Nothing stops silently, against a real `dropbox-eval run --http-port 0`
 child: an inbox that is missing (a share not mounted) is waited out and named by `/readyz`;
 a worker whose loop raises is restarted, shown and counted; one that cannot stay up stops
 the service with a non-zero exit, for systemd to restart it."""
@@ -142,7 +142,7 @@ def test_an_inbox_whose_worker_is_down_is_not_watched(app: App) -> None:
     """`/readyz` never says the inbox is watched while its worker restarts or failed."""
     worker = {"restarts": 3, "last_error": "boom", "detail": None, "since": "-"}
     status = {"workers": {"inbox-worker": worker | {"state": "restarting"}}}
-    server = BackgroundServer(create_web(app, lambda: status))
+    server = BackgroundServer(create_web(app.web, lambda: status))
     try:
         answer = requests.get(f"{server.start()}/readyz", timeout=PATIENCE)
     finally:

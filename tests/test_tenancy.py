@@ -1,4 +1,4 @@
-"""Tenant boundaries (issue 19): client ids that name the inbox's own folders are refused.
+"""Tenant boundaries: client ids that name the inbox's own folders are refused.
 
 Real folders, the real command line (in-process, `Cli`), the real inbox and service. The
 HTTP API and SFTP sides are in test_api.py and test_sftp.py; secrets at rest in
@@ -15,12 +15,11 @@ import asyncssh
 import pytest
 from conftest import Cli, isolated_cli, read_json, tasks
 
-from dropbox_eval.app import App
+from dropbox_eval.app import App, service_for
 from dropbox_eval.errors import InvalidArgument
 from dropbox_eval.inbox import candidates
 from dropbox_eval.models import Client, utcnow
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 from dropbox_eval.sftp.keys import KeyStore
 from dropbox_eval.util.names import RESERVED_CLIENT_IDS, reserved_reason
 
@@ -123,7 +122,7 @@ def test_files_in_a_reserved_folder_are_never_a_clients_drop(app: App) -> None:
         path.write_text(json.dumps({"tasks": tasks(1)}))
     assert candidates(root) == []
     assert all(app.inbox.process(path).status == "skipped" for path in planted)
-    Service(app).run(once=True)
+    service_for(app).run(once=True)
     assert all(path.exists() for path in planted)
     assert not any((path.parent / "accepted").exists() for path in planted)
     assert app.store.count_batches() == {}
@@ -138,13 +137,13 @@ def test_a_client_stored_before_its_id_was_reserved_is_named_at_start_and_in_sta
 ) -> None:
     legacy_client(app, "accepted", credits=30)
     with caplog.at_level(logging.WARNING, logger="dropbox_eval"):
-        Service(app).run(once=True)
+        service_for(app).run(once=True)
     named = [m for m in caplog.messages if "client 'accepted' has a reserved id" in m]
     assert len(named) == 1, caplog.messages
     assert "create a new client" in named[0] and "--credits 30" in named[0]
     cli = isolated_cli(tmp_path, forge, monkeypatch)
     status = cli("status")
-    assert status.exit_code == 3  # the service is not running (issue 21: as systemctl)
+    assert status.exit_code == 3  # the service is not running: 3, as `systemctl status` says
     assert "warning: client 'accepted' has a reserved id" in status.stdout
     as_json = json.loads(cli("status", "--json").stdout)
     assert as_json["reserved_clients"] == [{"client_id": "accepted", "available": 30}]

@@ -1,4 +1,4 @@
-"""Intake that survives real uploads and hostile files (issue 3).
+"""Intake that survives real uploads and hostile files.
 
 Every test here runs the real `Service` with a real watchdog observer (inotify, or the
 polling observer used for network shares) on real files, against the sandbox forge; the
@@ -35,7 +35,7 @@ import pytest
 from conftest import PATIENCE, read_json, tasks, wait_for
 from watchdog.events import FileCreatedEvent, FileModifiedEvent, FileMovedEvent
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.inbox import ReadinessTracker, is_candidate_name
 from dropbox_eval.inbox.watcher import _Handler
@@ -65,7 +65,7 @@ def _settings(home: Path, forge: SandboxForge, **extra: Any) -> Settings:
 @contextmanager
 def running(app: App, *, polling: bool = False) -> Iterator[Service]:
     """The real service loop in a thread; stopped (and checked to stop) on exit."""
-    service = Service(app, polling=polling)
+    service = service_for(app, polling=polling)
     thread = threading.Thread(target=service.run, name="service-under-test", daemon=True)
     thread.start()
     # the first poll cycle runs after the watcher started and the start-up rescan

@@ -1,4 +1,4 @@
-"""One view of a batch everywhere (issue 21): the CLI, the API, the page and `watch` show
+"""One view of a batch everywhere: the CLI, the API, the page and `watch` show
 the same progress, settling included, and every time as RFC 3339 UTC with `Z`."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import Cli, isolated_cli, read_json, served
+from helpers import finish_issues
 
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
@@ -52,9 +53,7 @@ def as_json(cli: Cli, *args: str) -> Any:
 
 
 def _close(cli: Cli, batch_id: str, count: int) -> None:
-    owner, name = as_json(cli, "batch", batch_id)["repo"].split("/")
-    for issue in cli.forge.issues(owner, name)[:count]:
-        cli.forge.finish_issue(owner, name, issue["number"], comment="ok", labels=["eval-pass"])
+    finish_issues(cli.forge, as_json(cli, "batch", batch_id)["repo"], count=count)
 
 
 def test_progress_shows_settling_the_same_everywhere(cli: Cli) -> None:

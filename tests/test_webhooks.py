@@ -13,12 +13,11 @@ import pytest
 import requests
 from conftest import PATIENCE, tasks, wait_for
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, build_service
 from dropbox_eval.config import Settings
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.results.webhooks import REPLAY_WINDOW
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.service import Service
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
 
@@ -32,7 +31,7 @@ def pushed(settings: Settings) -> Iterator[tuple[App, str]]:
         settings.model_copy(update={"forge_webhook_secret": SECRET, "poll_interval": 3600.0})
     )
     app.billing.add_client("acme", 100)
-    server = BackgroundServer(create_api(app), name="api")
+    server = BackgroundServer(create_api(app.web), name="api")
     url = server.start()
     yield app, url
     server.stop()
@@ -86,9 +85,9 @@ def test_a_closed_issue_is_stored_by_the_webhook_without_waiting_for_a_poll_cycl
     """The next scheduled poll cycle is an hour away and none runs meanwhile (the count of
     cycles does not move): the result can only have come through the webhook. (How soon:
     bench/latency.py.)"""
-    app, url = pushed
-    app.settings.forge_webhook_url = f"{url}/hooks/forge"
-    service = Service(app)
+    app, service = build_service(pushed[0].settings)  # the service's parts get the hooks
+    server = BackgroundServer(create_api(app.web), name="service-api")
+    app.settings.forge_webhook_url = f"{server.start()}/hooks/forge"
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     try:
@@ -108,12 +107,13 @@ def test_a_closed_issue_is_stored_by_the_webhook_without_waiting_for_a_poll_cycl
     finally:
         service.stop()
         thread.join(timeout=PATIENCE)
+        server.stop()
 
 
 def test_replays_are_known_by_delivery_id_within_the_window_not_by_body(
     pushed: tuple[App, str], forge: SandboxForge
 ) -> None:
-    """Issue 29: a label on, off and on again sends byte-identical bodies as distinct
+    """A label on, off and on again sends byte-identical bodies as distinct
     deliveries; each is news. The same delivery id twice is a replay; a delivery without an
     id is known by its body's digest."""
     app, url = pushed

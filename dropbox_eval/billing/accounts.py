@@ -1,4 +1,5 @@
-"""Client accounts, holds and settlement, secrets and API keys; every movement a ledger entry.
+"""Client accounts, holds and the final charge, secrets and API keys; every movement a
+ledger entry.
 
 A client's `balance` is its credits; `held` is the part reserved by running batches.
 Accepting a batch holds tasks x price; when the batch ends the client is charged only for
@@ -48,28 +49,28 @@ class Billing:
         reserved = reserved_reason(client_id)
         if reserved is not None:
             raise InvalidArgument(f"{reserved}; choose another id")
-        with self.store.locked():
+        with self.store.transaction() as tx:
             if self.store.get_client(client_id) is not None:
                 raise DropboxEvalError(
                     f"client {client_id!r} already exists: use "
                     f"`dropbox-eval clients fund {client_id} N` to add credits"
                 )
-            self.store.add_client(
+            tx.add_client(
                 Client(
                     client_id=client_id, created_at=utcnow(), webhook_secret=new_webhook_secret()
                 )
             )
             if credits:
-                self._post(client_id, "fund", credits, note="initial credits")
+                tx.post_ledger(self._entry(client_id, "fund", credits, 0, note="initial credits"))
         return self.client(client_id)
 
     def fund(self, client_id: str, credits: int, note: str = "") -> Client:
         """Add credits (must be positive)."""
         if credits <= 0:
             raise InvalidArgument("credits to add must be a positive whole number")
-        with self.store.locked(), crashpoints.operation("fund"):  # one index write
+        with crashpoints.operation("fund"), self.store.transaction() as tx:  # one index write
             self.client(client_id)
-            self._post(client_id, "fund", credits, note=note)
+            tx.post_ledger(self._entry(client_id, "fund", credits, 0, note=note))
         return self.client(client_id)
 
     def client(self, client_id: str) -> Client:
@@ -82,9 +83,9 @@ class Billing:
     def rotate_secret(self, client_id: str) -> str:
         """Replace the client's webhook secret; returns the new one."""
         secret = new_webhook_secret()
-        with self.store.locked(), crashpoints.operation("rotate-secret"):  # one index write
-            self.client(client_id)
-            self.store.update_client(client_id, webhook_secret=secret)
+        with crashpoints.operation("rotate-secret"), self.store.transaction() as tx:
+            self.client(client_id)  # one index write
+            tx.update_client(client_id, webhook_secret=secret)
         return secret
 
     def new_api_key(self, client_id: str) -> str:
@@ -93,11 +94,9 @@ class Billing:
         if reserved is not None:  # a client stored before its id was reserved
             raise InvalidArgument(f"{reserved}; it gets no API key (see `dropbox-eval status`)")
         key = f"dek_{client_id}_{secrets.token_urlsafe(24)}"
-        with self.store.locked():
+        with self.store.transaction() as tx:
             client = self.client(client_id)
-            self.store.update_client(
-                client_id, api_key_hashes=[*client.api_key_hashes, hash_api_key(key)]
-            )
+            tx.update_client(client_id, api_key_hashes=[*client.api_key_hashes, hash_api_key(key)])
         return key
 
     def client_for_key(self, key: str) -> Client | None:
@@ -140,7 +139,7 @@ class Billing:
             return None
         return self._entry(client_id, "hold", 0, amount, batch_id=batch_id)
 
-    def settlement(
+    def final_charge(
         self, client_id: str, batch_id: str, hold: int, charged: int
     ) -> list[LedgerEntry]:
         """Charge for finished tasks, release the whole hold."""
@@ -153,9 +152,6 @@ class Billing:
             for kind, amount, held_change in steps
             if amount or held_change
         ]
-
-    def _post(self, client_id: str, kind: LedgerKind, amount: int, note: str = "") -> None:
-        self.store.post_ledger(self._entry(client_id, kind, amount, 0, note=note))
 
     @staticmethod
     def _entry(

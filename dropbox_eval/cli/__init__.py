@@ -24,6 +24,7 @@ from .logs import configure_logging
 if TYPE_CHECKING:  # loaded by the commands that use them: `--help` stays light
     from ..app import App
     from ..config import Settings
+    from ..service import Service
     from ..store import Store
 
 SETTING_OPTIONS: dict[str, tuple[str, Any, str]] = {
@@ -75,6 +76,14 @@ class Context:
         from ..app import build_app
 
         return build_app(self.settings(**more), with_forge=with_forge, create=create)
+
+    def service(
+        self, *, create: bool = False, polling: bool | None = None, **more: Any
+    ) -> tuple[App, Service]:
+        """The service with its workers, and the parts it runs (see `app`)."""
+        from ..app import build_service
+
+        return build_service(self.settings(**more), polling=polling, create=create)
 
     def store(self, *, writable: bool = False) -> Store:
         """The state opened read-only: creates nothing; exit 2 when there is none.

@@ -140,15 +140,13 @@ def poll(obj: Context, batch_id: str | None, as_json: bool) -> None:
     with friendly_errors(as_json):
         app = obj.app()
         app.settings.require_forge()
-        rows = app.store.list_batches(
-            lambda r: r["status"] == "running" and batch_id in (None, r["batch_id"]), live_only=True
-        )
+        rows = app.store.list_batches(live_only=True, status=BatchStatus.RUNNING, batch_id=batch_id)
         if batch_id and not rows:
             app.store.get_batch(batch_id)  # unknown -> exit 3; finished -> nothing to poll
         by_repo: dict[str, list[str]] = {}
         for row in rows:
-            app.intake.open_issues(str(row["batch_id"]))
-            by_repo.setdefault(str(row["repo"]), []).append(str(row["batch_id"]))
+            app.intake.open_issues(row.batch_id)
+            by_repo.setdefault(row.repo, []).append(row.batch_id)
         finished: dict[str, list[str]] = {}
         for repo_ids in by_repo.values():  # an explicit poll checks every issue
             finished.update(app.poller.poll_batches(repo_ids, full=True, probe=False))

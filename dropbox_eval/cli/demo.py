@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 
-from ..app import App
 from ..errors import EXIT_FAILED, DropboxEvalError
 from ..models import utcnow
 from ..service import Service
@@ -78,7 +77,7 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str, as_json: bo
     with friendly_errors(as_json):
         forge_run = SandboxForge.from_env(lane_delay=lane_delay, options=sandbox_options(lane))
     with friendly_errors(as_json), forge_run as forge:
-        app = obj.app(
+        app, service = obj.service(
             create=True,
             gitea_url=forge.url,
             gitea_token=forge.token,
@@ -104,7 +103,7 @@ def demo(obj: Context, lane_delay: float, timeout: float, lane: str, as_json: bo
             mode=SHARED_MODE,
         )
         say(f"dropped {drop}", as_json)
-        report = _run_until_report(app, batch_ref, timeout, as_json)
+        report = _run_until_report(service, batch_ref, timeout, as_json)
     if report is None:
         fail(
             f"no report within {timeout:.0f}s; see `dropbox-eval status`",
@@ -148,8 +147,9 @@ def _own_home_if_taken(obj: Context) -> dict[str, Any]:
     }
 
 
-def _run_until_report(app: App, batch_ref: str, timeout: float, as_json: bool) -> Path | None:
-    service = Service(app)
+def _run_until_report(
+    service: Service, batch_ref: str, timeout: float, as_json: bool
+) -> Path | None:
     errors: list[DropboxEvalError] = []
 
     def run() -> None:
@@ -160,7 +160,7 @@ def _run_until_report(app: App, batch_ref: str, timeout: float, as_json: bool) -
 
     thread = threading.Thread(target=run, name="service", daemon=True)
     thread.start()
-    views = Views(app.store)
+    views = Views(service.store)
     deadline = time.monotonic() + timeout
     found: Path | None = None
     with console.status("waiting for the lane...") as spinner:
@@ -174,7 +174,7 @@ def _run_until_report(app: App, batch_ref: str, timeout: float, as_json: bool) -
             if batch_id:
                 view = views.batch_summary(batch_id)
                 spinner.update(f"batch {batch_id}: {view['status']}, {view['progress']['text']}")
-                path = app.settings.outbox_path / f"{batch_id}.json"
+                path = service.settings.outbox_path / f"{batch_id}.json"
                 found = path if path.exists() else None
     service.stop()
     thread.join(timeout=10)

@@ -18,6 +18,7 @@ from . import FOLDERS, FORGE, Context, uses
 from .output import emit_json, friendly_errors, json_option
 
 if TYPE_CHECKING:
+    from ..app import App
     from ..sandbox import SandboxOptions
 
 # sandbox.lane_config.LANE_MODES, not imported: the sandbox (FastAPI) loads only when used
@@ -91,14 +92,14 @@ def run(
             raise already_running(state)
     with friendly_errors(), _maybe_sandbox(obj, sandbox, lane_delay, lane) as extra:
         obj.settings(**extra).require_forge()  # before a state folder is made
-        service = Service(obj.app(create=not once, **extra), polling=polling)
-        with _http(service, http_host, http_port):
+        app, service = obj.service(create=not once, polling=polling, **extra)
+        with _http(app, service, http_host, http_port):
             code = service.run(once=once)
     sys.exit(code)
 
 
 @contextlib.contextmanager
-def _http(service: Service, host: str, port: int | None) -> Iterator[None]:
+def _http(app: App, service: Service, host: str, port: int | None) -> Iterator[None]:
     """The HTTP server inside the service, for as long as it runs."""
     if port is None:
         yield
@@ -111,7 +112,7 @@ def _http(service: Service, host: str, port: int | None) -> Iterator[None]:
             return None
         return service.live_status()
 
-    server = BackgroundServer(create_web(service.app, status), host=host, port=port, name="http")
+    server = BackgroundServer(create_web(app.web, status), host=host, port=port, name="http")
     try:
         url = server.start()
     except RuntimeError as exc:
@@ -157,7 +158,7 @@ def serve(obj: Context, host: str, port: int) -> None:
 
     with friendly_errors():
         app = obj.app()
-        web = create_web(app, lambda: running_status(app.settings.state_path))
+        web = create_web(app.web, lambda: running_status(app.settings.state_path))
     uvicorn.run(web, host=host, port=port, log_level="info", log_config=None)
 
 

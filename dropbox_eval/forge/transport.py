@@ -100,6 +100,13 @@ class ForgeTransport:
     def listed_at(self, moment: datetime | None) -> None:
         self._clock.listed_at = moment
 
+    @property
+    def read_at(self) -> datetime | None:
+        """The forge's clock at the start of this thread's last paged read (a listing or
+        an issue's timeline): what that read showed was the forge's state then."""
+        moment: datetime | None = getattr(self._clock, "read_at", None)
+        return moment
+
     # -- transport ----------------------------------------------------------------------
 
     def moved(self, repo: str) -> str | None:
@@ -216,15 +223,18 @@ class ForgeTransport:
     ) -> Iterator[list[Any]]:
         """Every page of a list; stops on a page without `rel="next"`, or, when the server
         sends no Link header, on a short page (only once `covered()` says the pages read so
-        far hold everything, else on an empty page). With `clock`, sets `listed_at` from
-        the first page's Date (a timeline read inside a listing must not move it)."""
+        far hold everything, else on an empty page). Sets `read_at` from the first page's
+        Date, and with `clock` `listed_at` too (a timeline read inside a listing must not
+        move it)."""
         page = 1
         while True:
             response = self._scheduled(
                 "GET", path, params={**params, "page": page, "limit": PAGE_LIMIT}
             )
-            if page == 1 and clock:
-                self.listed_at = server_time(response)
+            if page == 1:
+                self._clock.read_at = server_time(response)
+                if clock:
+                    self.listed_at = self._clock.read_at
             items = json_body(response)
             if not isinstance(items, list):
                 raise ForgePermanent(f"GET {path}: expected a JSON list")

@@ -81,9 +81,18 @@ class Inbox:
         max_file_bytes: int,
         max_tasks: int,
         stale_after: float,
+        paused: Callable[[], str | None] = lambda: None,
+        on_recorded: Callable[[str, str], object] | None = None,
+        on_reject: Callable[[dict[str, Any], str | None], None] | None = None,
+        on_filed: Callable[[str, float], None] | None = None,
     ) -> None:
         """`intake` records batches; `cancel` cancels one (a cancel file); `stale_after`:
-        seconds after which an upload never renamed into place goes."""
+        seconds after which an upload never renamed into place goes. `paused`: when
+        intake was paused (pause.py), or None (a paused inbox leaves every file);
+        `on_recorded` is handed each new batch once its drop is filed (the service's
+        opener, or, for a command alone, a visit that opens its issues before `process`
+        returns); `on_reject` is told of every rejection (the operator's rejection log);
+        `on_filed` of every filed drop: outcome and seconds since its last change."""
         self.root = root.resolve()
         self.stale_uploads = StaleUploads(self.root, stale_after)
         self.store = store
@@ -91,15 +100,10 @@ class Inbox:
         self.cancel = cancel
         self.max_file_bytes = max_file_bytes
         self.max_tasks = max_tasks
-        # told of every rejection (the app wires the operator's rejection log here)
-        self.on_reject: Callable[[dict[str, Any], str | None], None] | None = None
-        # handed each new batch once its drop is filed: the service's opener, or, for a
-        # command alone (`submit`), a visit that opens its issues before `process` returns
-        self.on_recorded: Callable[[str, str], object] | None = None
-        # told of every filed drop: outcome and seconds since its last change (metrics)
-        self.on_filed: Callable[[str, float], None] | None = None
-        # when intake was paused (pause.py), or None: a paused inbox leaves every file
-        self.paused: Callable[[], str | None] = lambda: None
+        self.on_reject = on_reject
+        self.on_recorded = on_recorded
+        self.on_filed = on_filed
+        self.paused = paused
         self.storage_waits = Backoff()  # drops whose last look storage refused
 
     def scan(self) -> list[Path]:

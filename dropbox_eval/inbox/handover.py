@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..models import utcnow
+from ..util.fileio import SHARED_MODE, write_atomically
 from .filing import OUTCOME_SUFFIX
 from .fsops import outcome_name
 
@@ -68,9 +68,7 @@ def hand_over(source: Path, folder: Path, inbox: Path) -> Drop:
     if target.exists():
         target = folder / f"{source.stem}.{utcnow():%Y%m%d%H%M%S%f}{source.suffix}"
     earlier = documents(target)
-    temporary = folder / f".{target.name}.submitting"
-    shutil.copyfile(source, temporary)
-    temporary.rename(target)
+    write_atomically(target, source.read_bytes(), mode=SHARED_MODE)
     return Drop(target, sha256, earlier)
 
 

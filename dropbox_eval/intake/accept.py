@@ -21,7 +21,7 @@ from ..models import BatchFile, BatchRecord, BatchStatus, TaskRecord, new_batch_
 from ..protocol.batchfile import check_claims, rejection_from_validation, window_of
 from ..protocol.callbacks import CallbackPolicy
 from ..protocol.documents import Acceptance, IssueNumber
-from ..store import Store
+from ..store import Store, Transaction
 from ..util import crashpoints
 from .opening import IssueOpener
 from .resubmit import refuse_redrop
@@ -48,14 +48,18 @@ class Intake(UsesForge):
         billing: Billing,
         gitea: GiteaClient | None,
         settings: Settings,
+        *,
+        opener: IssueOpener | None = None,
+        open_now: Callable[[str, list[TaskRecord] | None], object] | None = None,
     ) -> None:
+        """`opener` creates a batch's issues; `open_now` opens them at once, as one visit
+        under the batch's stored schedule (None: the service opens them later)."""
         self.store = store
         self.billing = billing
         self._gitea = gitea
         self.settings = settings
-        # opens a batch's issues now, one visit under its stored schedule (app.py wires it)
-        self.open_now: Callable[[str, list[TaskRecord] | None], object] | None = None
-        self.opener = IssueOpener(store, gitea, settings)
+        self.opener = opener or IssueOpener(store, gitea, settings)
+        self.open_now = open_now
         self.open_issues = self.opener.open_issues
         self.policy = CallbackPolicy(settings.callback_allow)
 
@@ -167,12 +171,13 @@ class Intake(UsesForge):
         cost = self.billing.check_funded(client_id, len(batch.tasks))  # before any write
         record = self.new_record(batch, client_id, cost, source, sha256)
         tasks = self.task_records(record, batch)
-        with self.store.staged_batch(record, tasks) as commit, self.store.locked():
+        with self.store.transaction(preparing=(record, tasks)) as tx:
             found = self._earlier(batch, client_id, source, sha256)
-            if found is not None:  # the staged files are removed
+            if found is not None:  # not recorded: what was prepared is removed
                 return found
-            self.billing.check_funded(client_id, len(batch.tasks))  # again, under the lock
-            commit(self.billing.hold_entry(client_id, cost, record.batch_id))
+            self.billing.check_funded(client_id, len(batch.tasks))  # again, in the transaction
+            hold = self.billing.hold_entry(client_id, cost, record.batch_id)
+            tx.record_batch(record, tasks, hold)
         return Recorded(record, tasks)
 
     def _earlier(
@@ -190,12 +195,11 @@ class Intake(UsesForge):
         refuse_redrop(earlier)  # a failed or expired batch: `retry` is the way
         return Recorded(earlier, duplicate=True)
 
-    def create(self, record: BatchRecord, batch: BatchFile) -> list[TaskRecord]:
-        """Store a new batch: its tasks and record, then its index row with its hold (the
-        commit, Store.create_batch); returns its tasks."""
+    def create(self, record: BatchRecord, batch: BatchFile, tx: Transaction) -> list[TaskRecord]:
+        """Record a new batch with its tasks and its hold in `tx`; returns its tasks."""
         tasks = self.task_records(record, batch)
         hold = self.billing.hold_entry(record.client_id, record.cost, record.batch_id)
-        self.store.create_batch(record, tasks, hold)
+        tx.record_batch(record, tasks, hold)
         return tasks
 
     @staticmethod

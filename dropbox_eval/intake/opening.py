@@ -37,12 +37,20 @@ NOT_DONE = frozenset({429, 503})
 class IssueOpener(UsesForge):
     """Creates the issues a recorded batch still lacks."""
 
-    def __init__(self, store: Store, gitea: GiteaClient | None, settings: Settings) -> None:
+    def __init__(
+        self,
+        store: Store,
+        gitea: GiteaClient | None,
+        settings: Settings,
+        *,
+        paused: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """`paused`: when intake was paused (pause.py), or None: no issue is created while
+        paused."""
         self.store = store
         self._gitea = gitea
         self.settings = settings
-        # when intake was paused (pause.py), or None: no issue is created while paused
-        self.paused: Callable[[], str | None] = lambda: None
+        self.paused = paused
 
     def open_issues(self, batch_id: str, tasks: list[TaskRecord] | None = None) -> int:
         """Create the issues still missing for the batch; returns how many were created.
@@ -58,7 +66,7 @@ class IssueOpener(UsesForge):
         with (
             crashpoints.operation("intake"),
             on_behalf_of(batch.client_id),
-            self.store.intake_lease(batch.batch_id) as leased,
+            self.store.claim_issues(batch.batch_id) as leased,
         ):
             if not leased:  # another process is creating this batch's issues right now
                 return 0

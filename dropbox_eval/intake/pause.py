@@ -27,9 +27,11 @@ FILE = "paused.json"
 class Pause:
     """The pause file of one state folder; reading it costs one small read."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, on_resume: Callable[[], None] | None = None) -> None:
+        """`on_resume` is called when this process resumes (the service's workers wake
+        up); another process's resume is seen by the workers at their next look."""
         self.path = state_dir / FILE
-        self._listeners: list[Callable[[], None]] = []
+        self.on_resume = on_resume
         self._lock = threading.Lock()
 
     def since(self) -> str | None:
@@ -75,14 +77,9 @@ class Pause:
                 pass
             except IsADirectoryError:  # an operator's `mkdir paused.json` pauses too
                 self.path.rmdir()
-        for listener in list(self._listeners):
-            listener()
+        if self.on_resume is not None:
+            self.on_resume()
         return record
-
-    def on_resume(self, listener: Callable[[], None]) -> None:
-        """Call `listener` when this process resumes (another process's resume is seen by
-        the workers at their next look)."""
-        self._listeners.append(listener)
 
     def view(self) -> dict[str, Any]:
         """`{"paused": bool, "paused_since", "paused_by"}`: what `status`, `/readyz`, the

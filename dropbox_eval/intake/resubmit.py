@@ -63,7 +63,7 @@ class Retries:
 
     def _record(self, batch_id: str, client_id: str | None) -> tuple[BatchRecord, list[TaskRecord]]:
         spec = self._spec(self._retryable(batch_id, client_id))  # its callback checked unlocked
-        with crashpoints.operation("retry"), self.store.locked():
+        with crashpoints.operation("retry"), self.store.transaction() as tx:
             old = self._retryable(batch_id, client_id)  # again: another process may have won
             try:
                 cost = self.intake.billing.check_funded(old.client_id, len(spec.tasks))
@@ -78,8 +78,9 @@ class Retries:
                 spec, old.client_id, cost, RETRY_SOURCE, None, batch_id=new_id, retry_of=batch_id
             )
             if new_id is None:  # the reservation: the link on the old record comes first
-                self.store.update_batch(batch_id, retried_by=record.batch_id)
-            return record, self.intake.create(record, spec)
+                tx.update_batch(batch_id, retried_by=record.batch_id)
+            tasks = self.intake.create(record, spec, tx)
+        return record, tasks
 
     def _retryable(self, batch_id: str, client_id: str | None) -> BatchRecord:
         """The batch, or a refusal: unknown (or another client's), a batch that did not end

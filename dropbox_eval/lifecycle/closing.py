@@ -1,4 +1,5 @@
-"""Settle: close a batch once: charge the lane's work, release the hold, fix the report."""
+"""Closing a batch: once, its final charge (the lane's finished work), the hold released,
+the report fixed. ("Settle" is the results' quiet window, results/asof.py.)"""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from ..util import crashpoints
 log = logging.getLogger("dropbox_eval")
 
 
-class Settler:
+class BatchCloser:
     """Ends running batches; the only place that charges and releases."""
 
-    def __init__(self, store: Store, billing: Billing) -> None:
+    def __init__(
+        self, store: Store, billing: Billing, on_closed: Callable[[str], None] | None = None
+    ) -> None:
+        """`on_closed` is told of each batch closed (the service delivers it at once)."""
         self.store = store
         self.billing = billing
-        self.on_closed: Callable[[str], None] | None = None  # the service delivers at once
+        self.on_closed = on_closed
 
     def close(
         self,
@@ -36,8 +40,8 @@ class Settler:
         """End a running batch: charge the tasks the lane finished, release the hold, set
         the final status and fix the report. Under the lock and only once: a batch that
         another process closed meanwhile is returned as it is."""
-        with self.store.locked():
-            current = self.store.get_batch(batch_id)
+        with self.store.transaction() as tx:  # joins the caller's, if any
+            current = tx.get_batch(batch_id)
             if current.status != BatchStatus.RUNNING:
                 return current
             finished = sum(1 for t in tasks if t.status.is_lane_verdict)
@@ -53,20 +57,21 @@ class Settler:
             }
             final = current.model_copy(update=fields)
             # The record first (the report fixed in the same write: every later emit sends
-            # these bytes), then the settlement with the index row: a kill between the two
+            # these bytes), then the final charge with the index row: a kill between the two
             # leaves a finished record still holding credits, which the state check at the
             # next start settles from the record (statecheck.py).
-            with crashpoints.operation("settle"):
-                closed = self.store.update_batch(
+            with crashpoints.operation("close"):
+                closed = tx.update_batch(
                     batch_id,
-                    settlement=self.billing.settlement(
+                    settlement=self.billing.final_charge(
                         current.client_id, batch_id, current.cost, charged
                     ),
                     **fields,
                     report=build_report(final, tasks),
                 )
-        if self.on_closed is not None:
-            self.on_closed(batch_id)
+            on_closed = self.on_closed
+            if on_closed is not None:  # once the close has landed (the caller's commit)
+                tx.after_commit(lambda: on_closed(batch_id))
         log.info(
             "batch %s: %s; charged %d, released %d%s",
             batch_id,

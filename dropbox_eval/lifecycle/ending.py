@@ -59,9 +59,14 @@ class Lifecycle(UsesForge):
         read_now: ReadingNow,
         close: Closing,
         attempts: Attempts,
+        *,
+        paused: Callable[[], str | None] = lambda: None,
+        on_error: Callable[[str, Exception], None] | None = None,
     ) -> None:
         """`poll_completed` keeps what the lane finished before issues are closed;
-        `read_now` reads a settling result as it stands; `close` settles a batch."""
+        `read_now` reads a settling result as it stands; `close` closes a batch; `paused`:
+        when forge writes were paused (pause.py), or None (cancels and deadlines wait
+        meanwhile); `on_error` is told of a failed visit (the service's status)."""
         self.store = store
         self._gitea = gitea
         self.settings = settings
@@ -69,9 +74,8 @@ class Lifecycle(UsesForge):
         self.read_now = read_now
         self.close = close
         self.attempts = attempts
-        self.on_error: Callable[[str, Exception], None] | None = None  # the service's status
-        # when forge writes were paused (pause.py), or None: cancels wait, deadlines wait
-        self.paused: Callable[[], str | None] = lambda: None
+        self.on_error = on_error
+        self.paused = paused
 
     def visit(self, batch_id: str, step: Callable[..., T], *args: Any) -> T | None:
         """Run one try of forge work for a batch; a failure is stored on the batch, and a
@@ -151,7 +155,7 @@ class Lifecycle(UsesForge):
             return self._end_locally(batch_id, BatchStatus.FAILED, failure=failure)
 
     def _abort(self, batch_id: str, status: BatchStatus, failure: str | None = None) -> BatchRecord:
-        with self.store.intake_lease(batch_id, wait=LEASE_WAIT_SECONDS) as leased:
+        with self.store.claim_issues(batch_id, wait=LEASE_WAIT_SECONDS) as leased:
             if not leased:
                 raise Busy(
                     f"batch {batch_id} is busy (its issues are being created); try "
@@ -170,11 +174,11 @@ class Lifecycle(UsesForge):
     ) -> BatchRecord:
         why = WHY[status].format(failure=failure)
         change = ended(ABORTED_TASK[status], why)
-        # under the store lock from the tasks' end to the batch's: a poll that read them all
+        # one transaction from the tasks' end to the batch's: a poll that read them all
         # finished in between would close the batch `completed` first (the close is once)
-        with self.store.locked():
-            tasks = self.store.get_tasks(batch_id)
-            self.store.update_tasks(  # a task the lane closed keeps the result read so far
+        with self.store.transaction() as tx:
+            tasks = tx.get_tasks(batch_id)
+            tx.update_tasks(  # a task the lane closed keeps the result read so far
                 batch_id,
                 {
                     t.task_id: settled(t.settling) if t.settling else change
@@ -182,7 +186,7 @@ class Lifecycle(UsesForge):
                     if not t.status.is_finished
                 },
             )
-            return self.close(batch_id, self.store.get_tasks(batch_id), status, failure=failure)
+            return self.close(batch_id, tx.get_tasks(batch_id), status, failure=failure)
 
     def _close_open_issues(self, batch_id: str, status: BatchStatus, failure: str | None) -> None:
         """Keep what the lane finished, then comment, label and close every open issue."""

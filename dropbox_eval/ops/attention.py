@@ -145,7 +145,7 @@ def _live_batches(store: Store) -> list[BatchRecord]:
     """The records of the live folder (a batch archived or gone since the listing is
     skipped: an archived batch was delivered)."""
     batches = []
-    for batch_id in sorted(store.live_record_ids()):
+    for batch_id in sorted(store.stored_batch_ids()):
         try:
             batches.append(store.get_batch(batch_id))
         except NotFoundError:

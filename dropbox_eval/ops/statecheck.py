@@ -10,7 +10,7 @@ rewriting the derived copy from its owner:
 - an index row that disagrees with its record is rewritten from the record;
 - a record the index never named (an intake killed before its committing write) is
   removed; an emitted record left in the live folder finishes its move to the archive;
-- a finished batch still holding credits gets its settlement, from its record's charge;
+- a finished batch still holding credits gets its final charge, from its record's charge;
 - a finished, unreported batch with no next delivery gets one now.
 
 What no owner can settle (a row whose record is gone, a running batch whose hold is
@@ -27,8 +27,7 @@ from typing import Any
 from ..billing.accounts import Billing
 from ..errors import NotFoundError
 from ..models import BatchRecord, BatchStatus, utcnow
-from ..store import Store
-from ..store.base import summary_row
+from ..store import BatchRow, Store
 from ..store.totals import Snapshot
 
 log = logging.getLogger("dropbox_eval")
@@ -84,7 +83,7 @@ class StateCheck:
         each suspect is looked at again under the lock)."""
         rows = {str(row["batch_id"]): row for row in snapshot.live}
         held = _held_by(snapshot.ledger, "batch_id")
-        suspects = set(self.store.live_record_ids()) ^ set(rows)
+        suspects = set(self.store.stored_batch_ids()) ^ set(rows)
         for batch_id, row in rows.items():
             if batch_id in suspects:
                 continue
@@ -95,24 +94,24 @@ class StateCheck:
                 continue
             holds = held.get(batch_id, 0)
             running_unheld = batch.status == BatchStatus.RUNNING and holds != batch.cost
-            if summary_row(batch) != row or running_unheld or self._problem(batch, holds):
+            if BatchRow.of(batch).as_dict() != row or running_unheld or self._problem(batch, holds):
                 suspects.add(batch_id)
         return sorted(suspects)
 
     def _check_batch(self, batch_id: str, repair: bool) -> list[Finding]:
-        with self.store.locked():
-            rows = [r for r in self.store.live_rows() if r["batch_id"] == batch_id]
+        with self.store.transaction():  # no change of its own: repairs are single writes
+            rows = self.store.list_batches(live_only=True, batch_id=batch_id)
             try:
                 batch = self.store.get_batch(batch_id)
             except NotFoundError:
                 return [_gone(batch_id)] if rows else []
             subject = f"batch {batch_id}"
             if not rows:
-                if self.store.being_staged(batch_id):  # an intake before its commit
+                if self.store.being_recorded(batch_id):  # an intake before its commit
                     return []
                 return [self._unnamed(subject, batch, repair)]
             findings = []
-            if summary_row(batch) != rows[0]:
+            if BatchRow.of(batch) != rows[0]:
                 findings.append(self._fix_row(subject, batch, rows[0], repair))
             held = _held_by(self.store.snapshot().ledger, "batch_id").get(batch_id, 0)
             if batch.status == BatchStatus.RUNNING and held != batch.cost:
@@ -138,24 +137,20 @@ class StateCheck:
             "a record the index never named (an intake killed before it was committed)",
             "remove its files (the drop is read again; no credits were held)",
             repair,
-            lambda: self.store.discard_unrecorded(batch.batch_id),
+            lambda: self.store.drop_unrecorded(batch.batch_id),
         )
 
-    def _fix_row(
-        self, subject: str, batch: BatchRecord, row: dict[str, Any], repair: bool
-    ) -> Finding:
-        fresh = summary_row(batch)
+    def _fix_row(self, subject: str, batch: BatchRecord, row: BatchRow, repair: bool) -> Finding:
+        fresh, stale = BatchRow.of(batch).as_dict(), row.as_dict()
         fields = ", ".join(
-            f"{key} {row.get(key)!r} -> {fresh[key]!r}"
-            for key in fresh
-            if row.get(key) != fresh[key]
+            f"{key} {stale[key]!r} -> {fresh[key]!r}" for key in fresh if stale[key] != fresh[key]
         )
         return self._fix(
             subject,
             f"index row disagrees with the record ({fields})",
             "rewrite the row from the record",
             repair,
-            lambda: self.store.rewrite_row(batch),
+            lambda: self.store.refresh_row(batch),
         )
 
     def _problem(
@@ -164,7 +159,7 @@ class StateCheck:
         """Money or delivery that the record says should have moved on."""
         finished = batch.status != BatchStatus.RUNNING
         if finished and held:
-            settlement = self.billing.settlement(
+            settlement = self.billing.final_charge(
                 batch.client_id, batch.batch_id, held, batch.charged or 0
             )
             return (

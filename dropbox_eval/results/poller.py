@@ -59,9 +59,15 @@ class Poller(UsesForge):
     """Stores the results of issues the lane closed and moves each batch's progress."""
 
     def __init__(
-        self, store: Store, gitea: GiteaClient | None, settings: Settings, close: Closing
+        self,
+        store: Store,
+        gitea: GiteaClient | None,
+        settings: Settings,
+        close: Closing,
+        on_settling: Callable[[str, float], None] | None = None,
     ) -> None:
-        """`close` settles a batch whose every task finished."""
+        """`close` closes a batch whose every task finished; `on_settling` is told when a
+        repo's settling results are due (the service sets an alarm for it)."""
         self.store = store
         self._gitea = gitea
         self.settings = settings
@@ -71,8 +77,7 @@ class Poller(UsesForge):
         # holds open issues of no polled batch, so the next visit of these must list
         self._unlisted: set[str] = set()
         self.reader = ResultReader(gitea, settings)
-        # told when a repo's settling results are due (the service sets an alarm for it)
-        self.on_settling: Callable[[str, float], None] | None = None
+        self.on_settling = on_settling
 
     def poll_completed(self, batch_id: str, *, full: bool = False) -> list[str]:
         """Store results of issues the lane closed; open ones are skipped (seed API)."""

@@ -135,7 +135,7 @@ class ResultReader(UsesForge):
             return self.gitea.get_pull(ref.repo or repo, ref.number).merge_commit_sha
 
         timeline = self.gitea.timeline(repo, issue)
-        now = self.gitea.listed_at or utcnow()
+        now = self.gitea.read_at or self.gitea.listed_at or utcnow()  # when it was read
         window = timedelta(seconds=self.settings.settle_seconds)
         last = settled_change(issue, timeline, window, now)
         if last is not None:

@@ -24,14 +24,15 @@ window covers it, or the full cycle's count).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..app import App
-from ..forge.client import ForgeIssue, require_client
+from ..config import Settings
+from ..forge.client import ForgeIssue, GiteaClient, require_client
 from ..forge.markers import read_marker
 from ..models import BatchRecord, TaskStatus, utcnow
+from ..store import Store
 from .opentasks import unsettled_of
 from .poller import Counted, Listed
 from .reading import LOCAL_CLOCK_MARGIN
@@ -52,9 +53,13 @@ class Visit:
 
 @dataclass
 class ChangeScout:
-    """Plans each cycle's repo visits from one search (per-batch repos only)."""
+    """Plans each cycle's repo visits from one search (per-batch repos only). `is_due`:
+    whether a batch's stored retry is due (lifecycle.attempts)."""
 
-    app: App
+    store: Store
+    gitea: GiteaClient | None
+    settings: Settings
+    is_due: Callable[[BatchRecord], bool]
     searched_at: datetime | None = None
     # repo -> forge time up to which its changes are known (polled, or searched clean)
     known: dict[str, datetime] = field(default_factory=dict)
@@ -62,15 +67,13 @@ class ChangeScout:
 
     def plan(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit]:
         """The visits of one cycle: repo -> Visit; repos left out need no request."""
-        batches = {
-            repo: [self.app.store.get_batch(b) for b in ids] for repo, ids in by_repo.items()
-        }
+        batches = {repo: [self.store.get_batch(b) for b in ids] for repo, ids in by_repo.items()}
         since = self._since(batches.values())
         if since is None:  # a batch never polled: every repo is listed once, as before
             self.known = {}
             return {repo: Visit(full=full) for repo in batches}
-        gitea = require_client(self.app.settings, self.app.gitea)
-        owner = self.app.settings.require_owner()
+        gitea = require_client(self.settings, self.gitea)
+        owner = self.settings.require_owner()
         # a count cannot show a closure when another open issue keeps it up: skip the search
         # only when a later search of this process covers this cycle (not `run --once`)
         if full and self.searched_at is not None and not self.counted:
@@ -156,8 +159,7 @@ class ChangeScout:
     def _own_work(self, batch: BatchRecord) -> bool:
         """A batch the cycle must visit whatever the search says."""
         overdue = batch.deadline is not None and batch.deadline <= utcnow()
-        attempts = self.app.lifecycle.attempts
-        retrying = batch.next_attempt_at is not None and attempts.is_due(batch)
+        retrying = batch.next_attempt_at is not None and self.is_due(batch)
         return (
             batch.last_polled_at is None
             or not batch.intake_done
@@ -176,7 +178,7 @@ class ChangeScout:
         return sum(
             1
             for batch in batches
-            for task in self.app.store.get_tasks(batch.batch_id)
+            for task in self.store.get_tasks(batch.batch_id)
             if task.status == TaskStatus.OPEN
             and task.settling is None
             and task.issue_number is not None

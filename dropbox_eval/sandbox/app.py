@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from . import control, control_lane, routes_hooks, routes_issues, routes_pulls, routes_repos
-from .errors import ForgeError, error_body
+from .errors import SandboxApiError, error_body
 from .middleware import ApiMiddleware
 from .schemas import gitea_message
 from .state import ForgeState
@@ -38,8 +38,8 @@ def create_app(state: ForgeState, lane: SimulatedLane | None = None) -> FastAPI:
         body = error_body(status, message, state.base_url, extra)
         return JSONResponse(body, status_code=status)
 
-    @app.exception_handler(ForgeError)
-    async def forge_error(_: Request, exc: ForgeError) -> Response:
+    @app.exception_handler(SandboxApiError)
+    async def forge_error(_: Request, exc: SandboxApiError) -> Response:
         if exc.bare:
             return Response(status_code=exc.status)
         return error(exc.status, exc.message, exc.extra)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from .errors import ForgeError
+from .errors import SandboxApiError
 from .lane import SimulatedLane
 from .web import reply
 
@@ -26,7 +26,7 @@ class HoldOption(BaseModel):
 def _lane(request: Request) -> SimulatedLane:
     lane: SimulatedLane | None = request.app.state.lane
     if lane is None:
-        raise ForgeError(409, "this sandbox runs without a lane")
+        raise SandboxApiError(409, "this sandbox runs without a lane")
     return lane
 
 
@@ -47,7 +47,7 @@ async def configure(request: Request, changes: dict[str, Any]) -> JSONResponse:
     try:
         lane.configure(**changes)
     except (TypeError, ValueError) as exc:
-        raise ForgeError(422, str(exc)) from None
+        raise SandboxApiError(422, str(exc)) from None
     return _describe(lane)
 
 

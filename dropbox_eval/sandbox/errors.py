@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class ForgeError(Exception):
+class SandboxApiError(Exception):
     """An API error that is answered as a Gitea-style JSON body, or with no body at all
     when `bare` (a handler's `ctx.Status(code)`)."""
 
@@ -22,7 +22,7 @@ class ForgeError(Exception):
         self.bare = bare
 
 
-class NotFoundError(ForgeError):
+class SandboxNotFound(SandboxApiError):
     """404 with Gitea's `{"errors": null, "message": "not found"}` body (`errors` lists
     the error's text when `APIErrorNotFound` is given one)."""
 

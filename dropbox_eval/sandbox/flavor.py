@@ -7,7 +7,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import ForgeError
+from .errors import SandboxApiError
 
 FlavorName = Literal["gitea", "forgejo"]
 FLAVORS: tuple[FlavorName, ...] = ("gitea", "forgejo")
@@ -58,25 +58,25 @@ class Flavor:
     def check_repo_name(self, name: str) -> None:
         """422 for names Gitea/Forgejo refuse (bad chars, `..`, reserved names/suffixes)."""
         if not name:
-            raise ForgeError(422, "[Name]: Required")
+            raise SandboxApiError(422, "[Name]: Required")
         if len(name) > 100 or not _REPO_CHARS.match(name):
-            raise ForgeError(422, "[Name]: AlphaDashDot")
+            raise SandboxApiError(422, "[Name]: AlphaDashDot")
         if ".." in name and name != "..":
-            raise ForgeError(
+            raise SandboxApiError(
                 422,
                 f"name is invalid [{name}]: must be valid alpha or numeric or "
                 "dash(-_) or dot characters",
             )
         if name in _RESERVED_NAMES:
-            raise ForgeError(422, f"name is reserved [name: {name}]")
+            raise SandboxApiError(422, f"name is reserved [name: {name}]")
         for suffix in _RESERVED_SUFFIXES:
             if name.lower().endswith(suffix):
-                raise ForgeError(422, f"name pattern is not allowed [pattern: *{suffix}]")
+                raise SandboxApiError(422, f"name pattern is not allowed [pattern: *{suffix}]")
 
     def check_quota(self, owner_id: int, owner: str, owned: int) -> None:
         """Forgejo answers 413 when an owner already holds `repo_quota` repos."""
         if self.name == "forgejo" and self.repo_quota is not None and owned >= self.repo_quota:
-            raise ForgeError(413, "quota exceeded", {"user_id": owner_id, "username": owner})
+            raise SandboxApiError(413, "quota exceeded", {"user_id": owner_id, "username": owner})
 
 
 def display_width(char: str) -> int:

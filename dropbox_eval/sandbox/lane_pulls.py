@@ -12,7 +12,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from .errors import ForgeError
+from .errors import SandboxApiError
 from .lane_config import LaneConfig, LaneGate
 from .models import Issue
 from .state import ForgeState
@@ -103,7 +103,7 @@ class PullsLane:
                 f"Resolve #{number}: {issue.title}",
                 f"Closes #{number}\n\n{marker(fingerprint(issue.id, 'pr', ''))}",
             )
-        except ForgeError:
+        except SandboxApiError:
             return 1  # a PR for this branch is already open: leave the issue to a human
         merge = FAIL_MARKER not in issue.body and self._rng.random() < config.merge_ratio
         self._plans[issue.id] = _Plan(issue, pr, merge, now + config.merge_delay)

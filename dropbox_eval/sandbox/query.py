@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TypeVar
 from urllib.parse import urlencode
 
-from .errors import ForgeError
+from .errors import SandboxApiError
 
 MAX_RESPONSE_ITEMS = 50
 DEFAULT_PAGING_NUM = 30
@@ -39,7 +39,7 @@ def normalize_color(color: str) -> str:
     if len(value) in (3, 6):
         value = "#" + value
     if not _COLOR.match(value):
-        raise ForgeError(422, f"invalid color: {color}")
+        raise SandboxApiError(422, f"invalid color: {color}")
     digits = value[1:]
     if len(digits) == 3:
         digits = "".join(ch * 2 for ch in digits)
@@ -50,7 +50,9 @@ def parse_time(value: str | None) -> int | None:
     """Parse a strict RFC3339 time (Z or offset) to whole unix seconds; bad values -> 422."""
     if value is None or value == "":
         return None
-    error = ForgeError(422, f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse')
+    error = SandboxApiError(
+        422, f'parsing time "{value}" as "2006-01-02T15:04:05Z07:00": cannot parse'
+    )
     if not _RFC3339.match(value):
         raise error
     try:

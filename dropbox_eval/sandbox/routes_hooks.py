@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from .errors import ForgeError, NotFoundError
+from .errors import SandboxApiError, SandboxNotFound
 from .query import ISSUE_PAGING_NUM, page_size
 from .routes_issues import issue_query
 from .schemas import CreateHookOption
@@ -27,9 +27,9 @@ async def search_issues(request: Request) -> JSONResponse:
 async def _add(request: Request, scope: str) -> JSONResponse:
     opt = await body(request, CreateHookOption)
     if opt.type not in ("gitea", "gogs", "forgejo"):
-        raise ForgeError(422, f"Invalid hook type: {opt.type}")
+        raise SandboxApiError(422, f"Invalid hook type: {opt.type}")
     if opt.config.content_type not in ("json", "form"):  # Gitea's IsValidHookContentType
-        raise ForgeError(422, "Invalid content type")
+        raise SandboxApiError(422, "Invalid content type")
     config = opt.config
     hook = forge(request).hooks.add(
         scope, config.url, config.secret, opt.events or [], config.content_type
@@ -44,7 +44,7 @@ def _listed(request: Request, scope: str) -> JSONResponse:
 
 def _removed(request: Request, scope: str, hook_id: str) -> Response:
     if not forge(request).hooks.remove(scope, index(hook_id)):
-        raise NotFoundError()
+        raise SandboxNotFound()
     return Response(status_code=204)
 
 
@@ -55,7 +55,7 @@ def _repo_scope(request: Request, owner: str, repo: str) -> str:
 
 def _org_scope(request: Request, org: str) -> str:
     if not forge(request).is_org(org):
-        raise NotFoundError()
+        raise SandboxNotFound()
     return f"owner:{org}".lower()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from .errors import ForgeError
+from .errors import SandboxApiError
 from .query import IssueQuery, page_size, parse_time
 from .schemas import CreateCommentOption, CreateIssueOption, EditIssueOption, IssueLabelsOption
 from .web import body, forge, index, int_param, login, paged_reply, reply, total_headers
@@ -200,7 +200,7 @@ def split_labels(values: list[object]) -> tuple[list[int], list[str]]:
         elif isinstance(value, int | float) and not isinstance(value, bool):
             ids.append(int(value))
         else:
-            raise ForgeError(400, "a label must be an integer or a string")
+            raise SandboxApiError(400, "a label must be an integer or a string")
     if ids and names:
-        raise ForgeError(400, "labels should be an array of strings or integers")
+        raise SandboxApiError(400, "labels should be an array of strings or integers")
     return ids, names

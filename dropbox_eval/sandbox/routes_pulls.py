@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from .errors import ForgeError, NotFoundError
+from .errors import SandboxApiError, SandboxNotFound
 from .query import parse_time
 from .schemas import CreatePullRequestOption, EditPullRequestOption, MergePullRequestOption
 from .state_pulls import MERGE_STYLES
@@ -71,7 +71,7 @@ async def edit_pull(request: Request, owner: str, repo: str, number: str) -> JSO
 async def is_merged(request: Request, owner: str, repo: str, number: str) -> Response:
     """204 if merged, 404 if not."""
     if not forge(request).is_merged(owner, repo, index(number)):
-        raise NotFoundError()
+        raise SandboxNotFound()
     return Response(status_code=204)
 
 
@@ -80,9 +80,9 @@ async def merge_pull(request: Request, owner: str, repo: str, number: str) -> Re
     """Merge (200, empty body); 405 if merged already, 404 if closed."""
     opt = await body(request, MergePullRequestOption)
     if not opt.do:
-        raise ForgeError(422, "[Do]: Required")
+        raise SandboxApiError(422, "[Do]: Required")
     if opt.do not in MERGE_STYLES:
-        raise ForgeError(422, "[Do]: In")
+        raise SandboxApiError(422, "[Do]: In")
     forge(request).merge_pull(owner, repo, index(number), login(request))
     return Response(status_code=200)
 

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ForgeError
+from .errors import SandboxApiError
 
 _GO_TYPES = {
     "int_type": "int64",
@@ -137,13 +137,13 @@ def parse_body(model: type[M], raw: bytes) -> M:
     try:
         data = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:
-        raise ForgeError(422, f"[]: Deserialization: {exc}") from None
+        raise SandboxApiError(422, f"[]: Deserialization: {exc}") from None
     if not isinstance(data, dict):
-        raise ForgeError(422, f"[]: json: cannot unmarshal {_json_type(data)} into Go value")
+        raise SandboxApiError(422, f"[]: json: cannot unmarshal {_json_type(data)} into Go value")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ForgeError(422, gitea_message(model.__name__, exc.errors())) from None
+        raise SandboxApiError(422, gitea_message(model.__name__, exc.errors())) from None
 
 
 def gitea_message(model: str, errors: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from .errors import ForgeError
+from .errors import SandboxApiError
 from .indexer import indexed
 from .models import JSON, Account, Issue, Repo
 from .query import IssueQuery
@@ -38,7 +38,7 @@ class ForgeState(CommentsMixin):
     ) -> JSON:
         """Create an issue; unknown label ids are silently dropped (like Gitea)."""
         if not title.strip():
-            raise ForgeError(422, "[Title]: Required")
+            raise SandboxApiError(422, "[Title]: Required")
         with self.lock:
             repo = self._writable(owner, name)
             people = [self._assignee(login) for login in assignees]
@@ -54,7 +54,7 @@ class ForgeState(CommentsMixin):
     def _assignee(self, login: str) -> Account:
         account = self.accounts.get(login.lower())
         if account is None or account.is_org:
-            raise ForgeError(422, f"Assignee does not exist: [name: {login}]")
+            raise SandboxApiError(422, f"Assignee does not exist: [name: {login}]")
         return account
 
     def get_issue(self, owner: str, name: str, number: int) -> JSON:
@@ -95,7 +95,7 @@ class ForgeState(CommentsMixin):
             return list(self.repos.values())
         account = self.accounts.get(owner.lower())
         if account is None:  # SearchIssues: ctx.Error(400, "Owner not found", err)
-            raise ForgeError(400, f"user does not exist [uid: 0, name: {owner}]")
+            raise SandboxApiError(400, f"user does not exist [uid: 0, name: {owner}]")
         return self.owned.get(account.id, [])
 
     def label_ids_named(self, names: Iterable[str]) -> set[int]:
@@ -152,11 +152,11 @@ class ForgeState(CommentsMixin):
     ) -> JSON:
         """Edit title/body/state (empty title ignored like Gitea); 412 on an unknown state."""
         if state is not None and state not in ("open", "closed"):
-            raise ForgeError(412, f"unknown state: {state}")
+            raise SandboxApiError(412, f"unknown state: {state}")
         with self.lock:
             issue = self._issue(self._repo(owner, name), number)
             if state is not None and issue.pull is not None and issue.pull.merged is not None:
-                raise ForgeError(
+                raise SandboxApiError(
                     412, "cannot change state of this pull request, it was already merged"
                 )
             if title:
@@ -220,7 +220,7 @@ class ForgeState(CommentsMixin):
             repo = self._repo(owner, name)
             issue = self._issue(repo, number)
             if label_id not in repo.labels:
-                raise ForgeError(422, f"label does not exist [id: {label_id}]")
+                raise SandboxApiError(422, f"label does not exist [id: {label_id}]")
             label = issue.labels.pop(label_id, None)
             if label is None:
                 return

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 
 from .clock import Clock
-from .errors import ForgeError, NotFoundError
+from .errors import SandboxApiError, SandboxNotFound
 from .faults import Faults, RequestLog
 from .flavor import Flavor
 from .hooks import HookRegistry, comment_payload, issue_payload
@@ -100,7 +100,7 @@ class StateBase:
     def _account(self, login: str) -> Account:
         account = self.accounts.get(login.lower())
         if account is None:
-            raise NotFoundError()
+            raise SandboxNotFound()
         return account
 
     def create_repo(
@@ -117,11 +117,11 @@ class StateBase:
         with self.lock:
             account = self._account(owner)
             if org_only and not account.is_org:
-                raise NotFoundError()
+                raise SandboxNotFound()
             self.flavor.check_repo_name(name)
             key = (account.login.lower(), name.lower())
             if key in self.repos:
-                raise ForgeError(409, "The repository with the same name already exists.")
+                raise SandboxApiError(409, "The repository with the same name already exists.")
             owned = self.owned.setdefault(account.id, [])
             self.flavor.check_quota(account.id, account.login, len(owned))
             repo = Repo(self._next("repo"), account, name, description, private, not auto_init)
@@ -133,7 +133,7 @@ class StateBase:
     def _repo(self, owner: str, name: str) -> Repo:
         repo = self.repos.get((owner.lower(), name.lower()))
         if repo is None:
-            raise NotFoundError()
+            raise SandboxNotFound()
         return repo
 
     def get_repo(self, owner: str, name: str) -> JSON:
@@ -172,14 +172,14 @@ class StateBase:
             repo = self._repo(owner, name)
             label = repo.labels.pop(label_id, None)
             if label is None:
-                raise NotFoundError()
+                raise SandboxNotFound()
             self.labels_named.get(label.name, set()).discard(label_id)
             for issue in repo.issues.values():
                 issue.labels.pop(label_id, None)
 
     def _new_label(self, repo: Repo, name: str, color: str, description: str = "") -> Label:
         if not name:
-            raise ForgeError(422, "[Name]: Required")
+            raise SandboxApiError(422, "[Name]: Required")
         label = Label(self._next("label"), name, normalize_color(color), description)
         repo.labels[label.id] = label
         self.labels_named.setdefault(name, set()).add(label.id)
@@ -191,8 +191,8 @@ class StateBase:
         issue = repo.issues.get(number)
         if issue is None:
             if quirk and self.flavor.missing_issue_status == 500:
-                raise ForgeError(500, "GetRawIssueByIndex")
-            raise NotFoundError()
+                raise SandboxApiError(500, "GetRawIssueByIndex")
+            raise SandboxNotFound()
         return issue
 
     def _new_issue(

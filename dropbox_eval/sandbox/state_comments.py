@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .errors import ForgeError, NotFoundError
+from .errors import SandboxApiError, SandboxNotFound
 from .models import JSON, Comment, Event
 from .query import paged
 from .state_pulls import PullsMixin
@@ -44,7 +44,7 @@ class CommentsMixin(PullsMixin):
     def create_comment(self, owner: str, name: str, number: int, poster: str, body: str) -> JSON:
         """Add a comment and bump the issue; a missing issue: Gitea 500, Forgejo 404."""
         if not body:
-            raise ForgeError(422, "[Body]: Required")
+            raise SandboxApiError(422, "[Body]: Required")
         with self.lock:
             issue = self._issue(self._writable(owner, name), number, quirk=True)
             return self._add_comment(issue, self._account(poster), body).to_json(self.base_url)
@@ -53,31 +53,31 @@ class CommentsMixin(PullsMixin):
         """Gitea's `EditIssueComment`: 404 when the comment is not this repo's, 422 without
         a body, 423 in an archived repo; the issue is not touched (`UpdateComment`)."""
         if not body:
-            raise ForgeError(422, "[Body]: Required")
+            raise SandboxApiError(422, "[Body]: Required")
         with self.lock:
             repo = self._writable(owner, name)
             comment = repo.comments.get(comment_id)
             if comment is None:
-                raise NotFoundError()
+                raise SandboxNotFound()
             old, comment.body, comment.updated = comment.body, body, self.now()
             changes = {"body": {"from": old}}
             self._notify_comment(comment, "edited", self._account(doer), changes)
             return comment.to_json(self.base_url)
 
     def delete_comment(self, owner: str, name: str, comment_id: int, doer: str) -> None:
-        """Gitea's `deleteIssueComment`: NotFoundError for an unknown id, ForgeError 404
+        """Gitea's `deleteIssueComment`: SandboxNotFound for an unknown id, SandboxApiError 404
         without a body for another repo's, 403 without a body unless `doer` posted it or may
         write the repo; not guarded against archived repos (no `mustNotBeArchived`)."""
         with self.lock:
             repo = self._repo(owner, name)
             entry = self._timeline_row(comment_id)
             if entry is None:
-                raise NotFoundError(f"comment does not exist [id: {comment_id}, issue_id: 0]")
+                raise SandboxNotFound(f"comment does not exist [id: {comment_id}, issue_id: 0]")
             if entry.issue.repo is not repo:
-                raise ForgeError(404, "", bare=True)
+                raise SandboxApiError(404, "", bare=True)
             actor = self._account(doer)
             if entry.user is not actor and not self.can_write(repo, actor.login):
-                raise ForgeError(403, "", bare=True)
+                raise SandboxApiError(403, "", bare=True)
             if isinstance(entry, Event):
                 entry.issue.events.remove(entry)
                 return

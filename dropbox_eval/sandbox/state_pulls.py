@@ -11,7 +11,7 @@ not touched at all (`services/pull/merge.go`, `handleCloseCrossReferences`).
 
 from __future__ import annotations
 
-from .errors import ForgeError, NotFoundError
+from .errors import SandboxApiError, SandboxNotFound
 from .mdstrip import strip_markdown
 from .models import JSON, Account, Event, Issue, Pull, Repo
 from .pullrequest import fake_sha, pull_json
@@ -38,11 +38,11 @@ class PullsMixin(ReposMixin):
     ) -> JSON:
         """Open a PR; 422 without title/branches or with head == base, 409 if one is open."""
         if not title.strip():
-            raise ForgeError(422, "[Title]: Required")
+            raise SandboxApiError(422, "[Title]: Required")
         if not head or not base:
-            raise ForgeError(422, f"[{'Head' if not head else 'Base'}]: Required")
+            raise SandboxApiError(422, f"[{'Head' if not head else 'Base'}]: Required")
         if head == base:
-            raise ForgeError(422, "Invalid PullRequestCompare: head and base are the same")
+            raise SandboxApiError(422, "Invalid PullRequestCompare: head and base are the same")
         with self.lock:
             repo = self._writable(owner, name)
             pr = self.open_pull(repo, self._account(poster), head, base, title, body)
@@ -54,7 +54,7 @@ class PullsMixin(ReposMixin):
         """Record-level `create_pull` (lock held by the caller or taken here)."""
         with self.lock:
             if (head, base) in repo.open_heads:
-                raise ForgeError(
+                raise SandboxApiError(
                     409,
                     "pull request already exists for these targets "
                     f"[head_branch: {head}, base_branch: {base}]",
@@ -104,7 +104,7 @@ class PullsMixin(ReposMixin):
     def _pull(self, owner: str, name: str, number: int) -> Issue:
         issue = self._issue(self._repo(owner, name), number)
         if issue.pull is None:
-            raise NotFoundError()
+            raise SandboxNotFound()
         return issue
 
     def get_pull(self, owner: str, name: str, number: int) -> JSON:
@@ -152,7 +152,7 @@ class PullsMixin(ReposMixin):
             actor = self._account(doer)
             if state is not None:
                 if pr.pull.merged is not None:
-                    raise ForgeError(
+                    raise SandboxApiError(
                         412, "cannot change state of this pull request, it was already merged"
                     )
                 self._set_closed(pr, state == "closed", actor)
@@ -179,9 +179,9 @@ class PullsMixin(ReposMixin):
             pr = self._pull(owner, name, number)
             assert pr.pull is not None
             if pr.pull.merged is not None:
-                raise ForgeError(405, "")
+                raise SandboxApiError(405, "")
             if pr.closed is not None:
-                raise NotFoundError()
+                raise SandboxNotFound()
             self.merge(pr, self._account(doer))
 
     def is_merged(self, owner: str, name: str, number: int) -> bool:

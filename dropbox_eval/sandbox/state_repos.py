@@ -16,7 +16,7 @@ Gitea's pending transfer to another user (201, accepted later) is not modelled.
 
 from __future__ import annotations
 
-from .errors import ForgeError, NotFoundError
+from .errors import SandboxApiError, SandboxNotFound
 from .models import JSON, Label, Repo
 from .query import normalize_color
 from .state_base import StateBase
@@ -53,7 +53,7 @@ class ReposMixin(StateBase):
         owner = repo.owner.login.lower()
         new_key = (owner, new_name.lower())
         if new_key in self.repos and self.repos[new_key] is not repo:
-            raise ForgeError(
+            raise SandboxApiError(
                 422, f"repository already exists [uname: {repo.owner.login}, name: {new_name}]"
             )
         old_key, old_name = (owner, repo.name.lower()), repo.full_name
@@ -68,13 +68,13 @@ class ReposMixin(StateBase):
         with self.lock:
             repo = self._repo(owner, name)
             if not self.can_write(repo, doer):
-                raise ForgeError(403, "user should be the owner of the repo")
+                raise SandboxApiError(403, "user should be the owner of the repo")
             target = self.accounts.get(new_owner.lower())
             if target is None:
-                raise ForgeError(404, "The new owner does not exist or cannot be found")
+                raise SandboxApiError(404, "The new owner does not exist or cannot be found")
             new_key = (target.login.lower(), repo.name.lower())
             if new_key in self.repos and self.repos[new_key] is not repo:
-                raise ForgeError(
+                raise SandboxApiError(
                     422, f"repository already exists [uname: {target.login}, name: {repo.name}]"
                 )
             old_key, old_name = (repo.owner.login.lower(), repo.name.lower()), repo.full_name
@@ -106,7 +106,7 @@ class ReposMixin(StateBase):
         """The repo for a write Gitea guards with `mustNotBeArchived` (423 when archived)."""
         repo = self._repo(owner, name)
         if repo.archived:
-            raise ForgeError(423, self.flavor.archived_message(repo.id, repo.full_name))
+            raise SandboxApiError(423, self.flavor.archived_message(repo.id, repo.full_name))
         return repo
 
     def can_read(self, repo: Repo, login: str) -> bool:
@@ -146,7 +146,7 @@ class ReposMixin(StateBase):
             repo = self._repo(owner, name)
             label = repo.labels.get(label_id)
             if label is None:
-                raise NotFoundError()
+                raise SandboxNotFound()
             if color is not None:
                 label.color = normalize_color(color)
             if new_name:

@@ -8,7 +8,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from .errors import ForgeError, NotFoundError
+from .errors import SandboxApiError, SandboxNotFound
 from .middleware import USER_KEY
 from .query import page_links
 from .schemas import parse_body
@@ -70,5 +70,5 @@ def index(raw: str, *, quirk_500: bool = False) -> int:
     if raw.isdigit():
         return int(raw)
     if quirk_500:
-        raise ForgeError(500, "GetRawIssueByIndex")
-    raise NotFoundError()
+        raise SandboxApiError(500, "GetRawIssueByIndex")
+    raise SandboxNotFound()

@@ -1,4 +1,4 @@
-"""Built-in SFTP endpoint (issue 14): key logins, one jailed folder per client, uploads
+"""Built-in SFTP endpoint: key logins, one jailed folder per client, uploads
 complete by close. Run with `dropbox-eval sftp` beside `dropbox-eval run`."""
 
 from .status import sftp_status

@@ -167,7 +167,7 @@ def sweep_uploads(inbox: Path) -> int:
     for folder in inbox.iterdir() if inbox.is_dir() else ():
         if folder.is_symlink() or not folder.is_dir():
             continue
-        for leftover in folder.glob(f"{UPLOAD_PREFIX}*.part"):
+        for leftover in folder.glob(f"{UPLOAD_PREFIX}*.tmp"):
             if leftover.is_file() and not leftover.is_symlink():
                 leftover.unlink(missing_ok=True)
                 removed += 1

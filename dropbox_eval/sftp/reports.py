@@ -22,6 +22,7 @@ from asyncssh import SFTPFailure, SFTPNoSuchFile
 from ..errors import DropboxEvalError, NoState, NotFoundError
 from ..models import is_valid_id
 from ..store import Store
+from ..store.engine import TinyDBStore
 from ..util.names import REPORTS_DIR, UNDELIVERED_DIR
 from .paths import DIR_FLAGS, stat_at
 
@@ -48,7 +49,7 @@ class Owners:
     def _opened(self) -> Store | None:
         if self._store is None:
             try:
-                self._store = Store(self.state_dir, read_only=True)
+                self._store = TinyDBStore(self.state_dir, read_only=True)
             except NoState:
                 return None
         return self._store
@@ -62,7 +63,7 @@ class Owners:
             rows = store.page_batches(client_id=client_id, limit=sys.maxsize)
         except DropboxEvalError as exc:
             raise _unreadable(client_id, exc) from None
-        return [str(row["batch_id"]) for row in rows]
+        return [row.batch_id for row in rows]
 
     def owns(self, client_id: str, batch_id: str) -> bool:
         """Whether `batch_id` names a batch of `client_id`."""

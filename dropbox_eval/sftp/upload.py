@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import secrets
 from dataclasses import dataclass
 
 from asyncssh import (
@@ -22,6 +21,7 @@ from asyncssh import (
     SFTPQuotaExceeded,
 )
 
+from ..util.fileio import hidden_name, rename_into_place
 from .bounds import SessionBounds
 from .paths import UPLOAD_PREFIX, Target, stat_at, writable_name
 
@@ -51,7 +51,7 @@ def start(root: int, target: Target, pflags: int, bounds: SessionBounds) -> Uplo
         raise SFTPFileAlreadyExists(f"{name} already exists")
     # Every upload starts as a new file, with or without FXF_TRUNC (scp opens without it
     # and sets the size at the end); a resume is refused by `write` (no holes).
-    temp = f"{UPLOAD_PREFIX}{secrets.token_hex(4)}.{name}.part"
+    temp = hidden_name(name, tag=UPLOAD_PREFIX.lstrip("."), unique=True)
     bounds.start_upload(root, temp)
     try:
         fd = os.open(
@@ -103,7 +103,7 @@ def complete(root: int, upload: Upload) -> str:
     os.fsync(upload.fd)
     os.close(upload.fd)
     upload.fd = -1
-    os.rename(upload.temp, upload.name, src_dir_fd=root, dst_dir_fd=root)
+    rename_into_place(root, upload.temp, upload.name)
     upload.bounds.end_upload(upload.temp, kept=True)
     return digest.hexdigest()
 

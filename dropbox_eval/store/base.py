@@ -21,12 +21,12 @@ from ..models import TaskRecord
 from ..util.locks import SharedLock
 from .archive import Archive
 from .files import AtomicJSONStorage, ParsedFile, unlink_quietly
+from .rows import Row
 from .secrecy import private_folder
 from .tasks import Signature, TaskFiles
 
 STALE_TEMP_SECONDS = 300
 RECORD_STRIPES = 64  # locks over the batches' own files: a batch's is the crc32 of its id
-Row = dict[str, Any]
 
 
 class StoreBase:
@@ -87,7 +87,7 @@ class StoreBase:
             for lease in self.leases_dir.glob("*.lock"):
                 if lease.stem in live:
                     continue
-                with self.intake_lease(lease.stem) as free:
+                with self.claim_issues(lease.stem) as free:
                     if free:  # else an intake is staging that batch now
                         unlink_quietly(lease)
 
@@ -99,7 +99,7 @@ class StoreBase:
             os.close(os.open(self.leases_dir / f"{batch_id}.lock", flags, 0o666))
 
     @contextlib.contextmanager
-    def intake_lease(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
+    def claim_issues(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
         """Exclusive right to create or close a batch's issues, across processes; yields
         False when another holder kept it for `wait` seconds."""
         lease = FileLock(str(self.leases_dir / f"{batch_id}.lock"))
@@ -165,25 +165,26 @@ class StoreBase:
         archived = self.archive_dir / batch_id[:6] / "batches" / f"{batch_id}.json"
         return archived if archived.exists() else live
 
-    def live_record_ids(self) -> list[str]:
-        """The ids of the batch records in the live folder (bounded by live work)."""
+    def stored_batch_ids(self) -> list[str]:
+        """The ids of the batch records in the live folder, the index naming them or not
+        (bounded by live work)."""
         return sorted(path.stem for path in self.batches_dir.glob("*.json"))
 
-    def being_staged(self, batch_id: str) -> bool:
+    def being_recorded(self, batch_id: str) -> bool:
         """Whether an intake, in this process or another, holds the batch's lease before
-        its commit (its files exist, its index row not yet: `Store.staged_batch`)."""
+        its commit (its files exist, its index row not yet: `TinyDBStore.staged`)."""
         if not (self.leases_dir / f"{batch_id}.lock").exists():
             return False  # staging creates it first
         if self.index_names(batch_id):
             return False
-        with self.intake_lease(batch_id) as free:
+        with self.claim_issues(batch_id) as free:
             return not free
 
-    def discard_unrecorded(self, batch_id: str) -> bool:
+    def drop_unrecorded(self, batch_id: str) -> bool:
         """Remove a live record, its tasks and its lease when the index never named the
         batch and no intake is staging it: an intake killed before its one committing write
         (the index row and hold). False, and nothing removed, otherwise."""
-        with self.locked(), self.intake_lease(batch_id) as free:
+        with self.locked(), self.claim_issues(batch_id) as free:
             if not free or self.index_names(batch_id):
                 return False
             self._remove_batch_files(batch_id)
@@ -212,11 +213,8 @@ class StoreBase:
         """Whether the index has a row for the batch (its intake committed, it is live)."""
         return any(row["batch_id"] == batch_id for row in self._live_rows())
 
-    def live_rows(self) -> list[Row]:
-        """The index's live batch rows (a cache of their records' summary fields)."""
-        return self._live_rows()
-
     def _live_rows(self) -> list[Row]:
+        """The index's live batch rows (a cache of their records' summary fields)."""
         with self._index() as db:
             return [dict(r) for r in db.table("batches").all()]
 
@@ -231,38 +229,6 @@ def _taken(lock: SharedLock) -> Iterator[None]:
         yield
 
 
-SUMMARY_FIELDS = (
-    "batch_id",
-    "client_id",
-    "batch_ref",
-    "status",
-    "total",
-    "done",
-    "repo",
-    "sha256",
-    "source",
-    "created_at",
-    "completed_at",
-    "emitted_at",
-)
-
-
-def summary_row(batch: Any) -> Row:
-    """A batch's index row: the summary fields of its record (the record owns them)."""
-    data = _dump(batch)
-    return {key: data[key] for key in SUMMARY_FIELDS}
-
-
-def _dump(model: Any) -> Row:
-    data: Row = model.model_dump(mode="json")
-    return data
-
-
-def _insert(table: dict[str, Any], doc: Row) -> None:
-    next_id = max((int(key) for key in table), default=0) + 1
-    table[str(next_id)] = doc
-
-
 def _writable(data: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """A copy of the index that a change may edit: the parsed index is shared by readers.
     The big tables are copied one level deep (a change adds, removes or replaces their rows,
@@ -273,14 +239,6 @@ def _writable(data: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name in ("clients", "counts"):
         copied.setdefault(name, {})
     return copied
-
-
-def _encode(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
 
 
 class _IndexStorage(AtomicJSONStorage):

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinydb import Query
 
 from ..errors import StoreError
 from ..models import Client, LedgerEntry, utcnow
-from .base import StoreBase, _dump, _insert
+from .rows import dump, insert
+
+if TYPE_CHECKING:
+    from .base import StoreBase as _Base
+else:
+    _Base = object  # a mixin of TinyDBStore (engine.py), beside the others
 
 
-class ClientStore(StoreBase):
+class ClientStore(_Base):
     """Client accounts, the live ledger and each client's archived ledger."""
 
     def get_client(self, client_id: str) -> Client | None:
@@ -29,12 +34,12 @@ class ClientStore(StoreBase):
     def add_client(self, client: Client) -> None:
         """Create a client; the caller holds the lock and checked it is new."""
         with self._index_change() as data:
-            _insert(data["clients"], _dump(client))
+            insert(data["clients"], dump(client))
 
     def post_ledger(self, entry: LedgerEntry) -> None:
         """Append a ledger entry and apply its amount and held change to the client."""
         with self._index_change() as data:
-            _post(data, entry)
+            post_entry(data, entry)
 
     def update_client(self, client_id: str, **fields: Any) -> None:
         """Change client fields other than money (secrets, API key hashes)."""
@@ -67,17 +72,17 @@ class ClientStore(StoreBase):
         return [LedgerEntry.model_validate(r) for r in chosen]
 
 
-def _post(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
+def post_entry(data: dict[str, dict[str, Any]], entry: LedgerEntry) -> None:
     """Apply the entry's changes to the client as it is in `data` (read under the lock) and
     record the resulting balance and held amount, and the posting time, in the entry."""
     for client in data["clients"].values():
         if client["client_id"] == entry.client_id:
             client["balance"] += entry.amount
             client["held"] = client.get("held", 0) + entry.held_change
-            _insert(
+            insert(
                 data["ledger"],
                 {
-                    **_dump(entry),
+                    **dump(entry),
                     "balance_after": client["balance"],
                     "held_after": client["held"],
                     "at": utcnow().isoformat(),
@@ -98,5 +103,5 @@ def settle_once(data: dict[str, dict[str, Any]], entries: list[LedgerEntry]) -> 
     ):
         return False
     for entry in entries:
-        _post(data, entry)
+        post_entry(data, entry)
     return True

@@ -4,29 +4,46 @@ the page and not the history, counts per status, and the duplicate lookup."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..models import BatchStatus
 from . import paging
-from .base import Row
-from .clients import ClientStore
+from .contract import BatchRow
+from .rows import Row
+
+if TYPE_CHECKING:
+    from .base import StoreBase as _Base
+else:
+    _Base = object  # a mixin of TinyDBStore (engine.py), beside the others
 
 
-class BatchListing(ClientStore):
+class BatchListing(_Base):
     """The store's reads of many batches at once."""
 
     def list_batches(
-        self, where: Callable[[Row], bool] | None = None, *, live_only: bool = False
-    ) -> list[Row]:
-        """Summary rows, oldest first. `live_only` reads only the index (batches not yet
-        emitted); without it the whole archive is read: use `page_batches` for listings."""
+        self,
+        *,
+        live_only: bool = False,
+        client_id: str | None = None,
+        status: BatchStatus | None = None,
+        batch_id: str | None = None,
+        repo: str | None = None,
+    ) -> list[BatchRow]:
+        """Rows matching every filter given, oldest first. `live_only` reads only the index
+        (batches not yet archived); without it the whole archive is read: use
+        `page_batches` for listings."""
+        wanted = {"client_id": client_id, "status": status, "batch_id": batch_id}
         rows = {r["batch_id"]: r for r in self._live_rows()}
         if not live_only:
             for row in self.archive_rows.all_batches():
                 rows.setdefault(row["batch_id"], paging.public(row))
-        chosen = [r for r in rows.values() if where is None or where(r)]
-        return sorted(chosen, key=lambda r: str(r["batch_id"]))
+        chosen = [
+            BatchRow.model_validate(r)
+            for r in rows.values()
+            if all(value in (None, r[key]) for key, value in wanted.items())
+            and (repo is None or str(r["repo"]).casefold() == repo.casefold())
+        ]
+        return sorted(chosen, key=lambda r: r.batch_id)
 
     def live_repos(self) -> set[str]:
         """The repos (case-folded) of batches not yet emitted: one read of the index."""
@@ -36,12 +53,12 @@ class BatchListing(ClientStore):
         self,
         *,
         client_id: str | None = None,
-        status: str | None = None,
+        status: BatchStatus | None = None,
         limit: int = 50,
         offset: int = 0,
         finished: bool = False,
         matches: int | None = None,
-    ) -> list[Row]:
+    ) -> list[BatchRow]:
         """One page of summary rows, newest created first (a running batch among them by
         its creation time, unless `finished`); the cost follows `offset + limit`, not the
         history. `matches`: how many rows the filter matches in all (`count_batches`), if
@@ -53,9 +70,10 @@ class BatchListing(ClientStore):
             return client_id in (None, row["client_id"]) and status in (None, row["status"])
 
         archived = self.archive_rows.newest_batches(client_id)
-        return paging.newest_page(
+        page = paging.newest_page(
             self._live_rows(), archived, keep, limit=limit, offset=offset, matches=matches
         )
+        return [BatchRow.model_validate(row) for row in page]
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status (live and archived), for everyone or one client, from the
@@ -78,14 +96,16 @@ class BatchListing(ClientStore):
             with contextlib.suppress(FileNotFoundError):
                 return path.read_text(encoding="utf-8").strip()
 
-        def same(row: Row) -> bool:
-            return row["client_id"] == client_id and bool(
+        found = [  # live, or a crash came before the keys were written
+            str(row["batch_id"])
+            for row in self._live_rows()
+            if row["client_id"] == client_id
+            and (
                 (sha256 and row.get("sha256") == sha256)
                 or (batch_ref and row.get("batch_ref") == batch_ref)
             )
-
-        found = self.list_batches(same, live_only=True)  # a crash before the keys were written
-        return str(found[0]["batch_id"]) if found else None
+        ]
+        return min(found, default=None)
 
 
 def duplicate_keys(sha256: str | None, batch_ref: str | None) -> list[str]:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import ConfigError, NoState
-from . import Store
+from .contract import Store
+from .engine import TinyDBStore
 
 log = logging.getLogger("dropbox_eval")
 
@@ -25,7 +26,7 @@ def open_state(settings: Settings) -> Store:
     where it looked when there is no state there (NoState, exit 2)."""
     check_state_path(settings)
     try:
-        return Store(settings.state_path, read_only=True)
+        return TinyDBStore(settings.state_path, read_only=True)
     except NoState:
         raise no_state(settings) from None
 

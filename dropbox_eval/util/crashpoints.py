@@ -23,7 +23,7 @@ ENV = "DROPBOX_EVAL_CRASH_AFTER"
 OPERATIONS = frozenset(
     {
         "intake",  # record the batch and its hold, open its issues, file the drop
-        "settle",  # the record's final status and charge, then the ledger and index row
+        "close",  # the record's final status and charge, then the ledger and index row
         "emit",  # the report, the record's emitted_at, then the archive
         "archive",  # keys, archive rows, the index, then the files moved out
         "delivery-schedule",  # a failed delivery: the undelivered copy, then the record

@@ -1,4 +1,5 @@
-"""The one atomic writer, shared by the store, the inbox and the file emitter.
+"""The one way a file is written: under a hidden name, then renamed into place (the
+store, the inbox, the file emitter, `submit`'s hand-over and SFTP uploads).
 
 A write that fails for want of space or permission raises errors.StorageUnavailable (or
 StorageFull), still an OSError, naming the file and the cause (errors.storage_error); how
@@ -23,11 +24,26 @@ PRIVATE_MODE = 0o600  # the default: state files hold secrets (client webhook se
 SHARED_MODE = 0o644  # what clients read: receipts, error files, filed drops, reports
 
 
+def hidden_name(name: str, *, tag: str = "", unique: bool = False) -> str:
+    """The hidden name a write of `name` goes through before it is renamed into place:
+    `.{tag}{name}.tmp`. Deterministic by default (a write interrupted by a kill is replaced
+    by the next write of the same name, so no hidden file is left behind for good);
+    `unique` adds a random part for writers that may write one name at once (several
+    processes, several SFTP sessions). `tag` marks whose it is (a leftover sweep)."""
+    random = f"{secrets.token_hex(4)}." if unique else ""
+    return f".{tag}{random}{name}.tmp"
+
+
 def temp_name(name: str) -> str:
-    """The hidden name a write of `name` goes through (deterministic: a write interrupted by
-    a kill is replaced by the next write of the same name, so no temp file is left behind
-    for good). Adds 5 bytes to the name."""
-    return f".{name}.tmp"
+    """The deterministic hidden name of `name` (5 bytes longer)."""
+    return hidden_name(name)
+
+
+def rename_into_place(folder_fd: int, hidden: str, name: str) -> None:
+    """The last step of every write, once the hidden file's bytes are on disk (fsynced):
+    rename it over `name` and fsync the folder, so readers see the old or the new file."""
+    os.replace(hidden, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    os.fsync(folder_fd)
 
 
 def write_at(
@@ -57,12 +73,11 @@ def write_at(
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+            rename_into_place(folder_fd, tmp, name)
         except BaseException:
             with contextlib.suppress(OSError):  # gone, or the folder refuses even that
                 os.unlink(tmp, dir_fd=folder_fd)
             raise
-        os.fsync(folder_fd)
     crashpoints.wrote(name)
 
 
@@ -80,7 +95,7 @@ def write_atomically(path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE)
             folder_fd,
             path.name,
             text.encode("utf-8") if isinstance(text, str) else text,
-            tmp=f".{path.name}.{secrets.token_hex(4)}.tmp",
+            tmp=hidden_name(path.name, unique=True),
             mode=mode,
             where=path,
         )

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import NotFoundError
 from ..models import BatchRecord, BatchStatus
 from ..protocol.rejections import RejectionLog
-from ..store import Store
+from ..store import BatchRow, Store
 from .batches import batch_view, delivery_state, for_client, row_view, task_view, times
 from .clients import client_view, ledger_view
 from .links import with_forge_links
@@ -69,26 +69,26 @@ class Views:
         """The newest page of batches, newest created first (only ended ones if
         `finished`; `matches`: how many the filter matches, see `Store.page_batches`);
         `every`: the whole history, oldest created first. Each row carries its progress."""
+        if status and status not in BatchStatus.__members__.values():
+            return []  # no batch has it
+        wanted = BatchStatus(status) if status else None
         if every:
-            rows = self.store.list_batches(
-                lambda r: status in (None, r["status"]) and client_id in (None, r["client_id"])
-            )
+            rows = self.store.list_batches(client_id=client_id, status=wanted)
         else:
             rows = self.store.page_batches(
                 client_id=client_id,
-                status=status,
+                status=wanted,
                 limit=limit,
                 offset=offset,
                 finished=finished,
                 matches=matches,
             )
-        return [row_view(row, self._progress(row)) for row in rows]
+        return [row_view(row.as_dict(), self._progress(row)) for row in rows]
 
-    def _progress(self, row: dict[str, Any]) -> Progress:
+    def _progress(self, row: BatchRow) -> Progress:
         """A running batch's settling count is on its record; a batch that ended early
         counts what the lane finished from its tasks."""
-        status = BatchStatus(row["status"])
-        batch_id = str(row["batch_id"])
+        status, batch_id = row.status, row.batch_id
         try:
             if status is BatchStatus.RUNNING:
                 record = self.store.get_batch(batch_id)
@@ -97,7 +97,7 @@ class Views:
                 return Progress.from_tasks(status, self.store.get_tasks(batch_id))
         except NotFoundError:  # moved to the archive meanwhile: the row is enough
             pass
-        return Progress.of(status, int(row["total"]), int(row["done"]))
+        return Progress.of(status, row.total, row.done)
 
     def finished(
         self, *, client_id: str | None = None, status: str | None = None, limit: int, offset: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
@@ -20,7 +21,6 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..app import App
 from ..delivery.emitter import report_bytes
 from ..errors import (
     DropboxEvalError,
@@ -36,8 +36,10 @@ from ..intake.accept import API_SOURCE
 from ..models import BatchFile, BatchRecord, BatchStatus, Client
 from ..protocol.batchfile import check_size, parse_batch, reason_of
 from ..protocol.report import build_report
+from ..store import Store
 from ..views import Views, for_client
 from .apidocs import add_offline_docs
+from .parts import ApiParts
 
 
 def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
@@ -96,23 +98,25 @@ def os_error_response(error: OSError) -> JSONResponse:
     return problem_response(DropboxEvalError("internal error: the service log says more"))
 
 
-def _client_of(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Client:
-    """The client whose API key authenticates this request (401 otherwise)."""
-    app: App = request.app.state.components
-    client = app.billing.client_for_key(credentials.credentials) if credentials else None
-    if client is None:
-        raise HTTPException(401, "a valid API key is required (Authorization: Bearer ...)")
-    return client
+def _authenticate(
+    client_for_key: Callable[[str], Client | None],
+) -> Callable[[HTTPAuthorizationCredentials | None], Client]:
+    """The dependency naming the client whose API key authenticates a request (401
+    otherwise)."""
+
+    def client_of(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> Client:
+        client = client_for_key(credentials.credentials) if credentials else None
+        if client is None:
+            raise HTTPException(401, "a valid API key is required (Authorization: Bearer ...)")
+        return client
+
+    return client_of
 
 
-Caller = Annotated[Client, Depends(_client_of)]
-
-
-def create_api(app: App) -> FastAPI:
-    """The FastAPI application over the wired components."""
+def create_api(parts: ApiParts) -> FastAPI:
+    """The client API over the parts it uses."""
     api = FastAPI(
         title="dropbox-eval",
         version=__version__,
@@ -121,8 +125,10 @@ def create_api(app: App) -> FastAPI:
         redoc_url=None,
     )
     add_offline_docs(api)
-    api.state.components = app
-    views = Views(app.store)
+    views = Views(parts.store)
+    # used as a default, not in Annotated: postponed annotations are resolved in the
+    # module, where this app's own dependency has no name
+    caller = Depends(_authenticate(parts.billing.client_for_key))
     problems: dict[int | str, dict[str, Any]] = {
         code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503, 507)
     }
@@ -162,16 +168,17 @@ def create_api(app: App) -> FastAPI:
         return JSONResponse(body, status_code=422)
 
     @api.post("/api/eval/batches", status_code=201, responses=problems, openapi_extra=BATCH_BODY)
-    async def submit(request: Request, client: Caller, response: Response) -> dict[str, Any]:
+    async def submit(
+        request: Request, response: Response, client: Client = caller
+    ) -> dict[str, Any]:
         """Submit a batch: the inbox's parser, limits, answers and funded check."""
-        raw = await _body(request, app.settings.max_file_bytes)
-        batch = parse_batch(
-            raw, max_bytes=app.settings.max_file_bytes, max_tasks=app.settings.max_tasks
-        )
+        raw = await _body(request, parts.settings.max_file_bytes)
+        limits = parts.settings
+        batch = parse_batch(raw, max_bytes=limits.max_file_bytes, max_tasks=limits.max_tasks)
         # the same body again is the same batch (a client retrying a timed-out POST)
         sha256 = hashlib.sha256(raw).hexdigest()
         result = await run_in_threadpool(
-            app.intake.accept, batch, client.client_id, source=API_SOURCE, sha256=sha256
+            parts.intake.accept, batch, client.client_id, source=API_SOURCE, sha256=sha256
         )
         if result.get("duplicate"):
             response.status_code = 200
@@ -180,15 +187,15 @@ def create_api(app: App) -> FastAPI:
     @api.post("/hooks/forge", status_code=202, include_in_schema=False)
     async def forge_webhook(request: Request) -> JSONResponse:
         """A Gitea/Forgejo webhook delivery (signed with SAAS_EVAL_FORGE_WEBHOOK_SECRET)."""
-        raw = await _body(request, app.settings.max_file_bytes)
+        raw = await _body(request, parts.settings.max_file_bytes)
         headers = {k.lower(): v for k, v in request.headers.items()}
-        status, outcome = app.webhooks.receive(headers, raw)
+        status, outcome = parts.webhooks.receive(headers, raw)
         return JSONResponse({"ok": status < 400, "outcome": outcome}, status_code=status)
 
     @api.get("/api/eval/batches", responses=problems)
     def list_batches(
-        client: Caller,
         response: Response,
+        client: Client = caller,
         page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
         limit: Annotated[int, Query(ge=1, le=100)] = 50,
     ) -> list[dict[str, Any]]:
@@ -200,7 +207,7 @@ def create_api(app: App) -> FastAPI:
         return [for_client(row) for row in rows]
 
     @api.get("/api/eval/batches/{batch_id}", responses=problems)
-    def get_batch(batch_id: str, client: Caller) -> dict[str, Any]:
+    def get_batch(batch_id: str, client: Client = caller) -> dict[str, Any]:
         """One batch: progress (with tasks still settling), counts per status, attempts and
         delivery, and each task's issue, status and result."""
         return owned(batch_id, client, tasks=True)
@@ -210,26 +217,26 @@ def create_api(app: App) -> FastAPI:
         responses=problems | {200: {"content": {"application/json": {}}}},
         response_class=Response,
     )
-    def get_report(batch_id: str, client: Caller) -> Response:
+    def get_report(batch_id: str, client: Client = caller) -> Response:
         """The report of an ended batch: the same bytes as `outbox/<batch_id>.json` and
         the callback body (409 `not_finished` while it runs)."""
         owned(batch_id, client)  # another client's answers 404
-        body = _report_body(app, app.store.get_batch(batch_id))
+        body = _report_body(parts.store, parts.store.get_batch(batch_id))
         return Response(body, media_type="application/json")
 
     @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
     def emit(
-        batch_id: str, client: Caller, force: Annotated[bool, Query()] = False
+        batch_id: str, client: Client = caller, force: Annotated[bool, Query()] = False
     ) -> dict[str, Any]:
         """Deliver the report of a finished batch (again with `force`)."""
         owned(batch_id, client)
-        return app.delivery.emit(batch_id, force=force)
+        return parts.delivery.emit(batch_id, force=force)
 
     @api.post("/api/eval/batches/{batch_id}/cancel", responses=problems)
-    def cancel(batch_id: str, client: Caller) -> dict[str, Any]:
+    def cancel(batch_id: str, client: Client = caller) -> dict[str, Any]:
         """Cancel a running batch; finished results are kept, the report is emitted."""
         owned(batch_id, client)
-        done = app.lifecycle.cancel(batch_id)
+        done = parts.lifecycle.cancel(batch_id)
         return {
             "ok": True,
             "batch_id": done.batch_id,
@@ -238,16 +245,16 @@ def create_api(app: App) -> FastAPI:
         }
 
     @api.post("/api/eval/batches/{batch_id}/retry", status_code=201, responses=problems)
-    def retry(batch_id: str, client: Caller) -> dict[str, Any]:
+    def retry(batch_id: str, client: Client = caller) -> dict[str, Any]:
         """Retry a failed or expired batch of the caller: a new batch with its failed and
         aborted tasks, linked both ways (`retry_of`, `retried_by`), holding credits."""
         owned(batch_id, client)
-        return app.retries.retry(batch_id, client_id=client.client_id)
+        return parts.retries.retry(batch_id, client_id=client.client_id)
 
     return api
 
 
-def _report_body(app: App, batch: BatchRecord) -> str:
+def _report_body(store: Store, batch: BatchRecord) -> str:
     """A batch's report as the outbox file holds it (the report fixed when it ended)."""
     if batch.status == BatchStatus.RUNNING:
         raise NotFinished(
@@ -256,7 +263,7 @@ def _report_body(app: App, batch: BatchRecord) -> str:
             done=batch.done,
             total=batch.total,
         )
-    return report_bytes(batch.report or build_report(batch, app.store.get_tasks(batch.batch_id)))
+    return report_bytes(batch.report or build_report(batch, store.get_tasks(batch.batch_id)))
 
 
 async def _body(request: Request, limit: int) -> bytes:

@@ -15,8 +15,7 @@ filtered by client and status; its cost follows the page, not the history
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 from urllib.parse import quote, urlencode
 
 from fastapi import FastAPI, Request
@@ -24,13 +23,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from ..errors import DropboxEvalError, NotFoundError
-from ..models import BatchStatus, is_valid_id
+from ..models import BatchRecord, BatchStatus, is_valid_id
 from ..util.redact import shown_url
 from ..views import Views
 from .door import Door, form_of
-
-if TYPE_CHECKING:
-    from ..app import App
 
 PAGE_SIZE = 20
 MAX_PAGE_SIZE = 100
@@ -43,9 +39,15 @@ def batch_path(batch_id: str) -> str:
     return f"/operator/batches/{quote(batch_id, safe='')}" if is_valid_id(batch_id) else "/operator"
 
 
-def add_batch_pages(api: FastAPI, app: App, door: Door) -> None:
-    """Mount the batch page, its Cancel and the list of ended batches on `api`."""
-    views = Views(app.store)
+def add_batch_pages(
+    api: FastAPI,
+    door: Door,
+    views: Views,
+    gitea_url: str | None,
+    cancel_batch: Callable[[str], BatchRecord],
+) -> None:
+    """Mount the batch page, its Cancel (`cancel_batch`, the lifecycle's) and the list of
+    ended batches on `api`; `gitea_url` makes the links to the forge."""
 
     def missing(request: Request, message: str) -> Response:
         return door.render(request, "missing.html", 404, message=message)
@@ -55,7 +57,7 @@ def add_batch_pages(api: FastAPI, app: App, door: Door) -> None:
         if door.session_of(request) is None:
             return door.login_page("sign in first", 401)
         try:
-            batch = views.batch_page(batch_id, app.settings.gitea_url, client_id=client or None)
+            batch = views.batch_page(batch_id, gitea_url, client_id=client or None)
         except NotFoundError:
             return missing(request, f"no batch {batch_id!r}")
         callback = batch.get("callback_url")
@@ -80,7 +82,7 @@ def add_batch_pages(api: FastAPI, app: App, door: Door) -> None:
                 return missing(request, f"no batch {batch_id!r}")
             return door.render(request, "confirm.html", b=batch, path=batch_path(batch_id))
         try:
-            done = await run_in_threadpool(app.lifecycle.cancel, batch_id)
+            done = await run_in_threadpool(cancel_batch, batch_id)
             note = (
                 f"{batch_id}: {done.status}, charged {done.charged}"
                 if done.status != BatchStatus.RUNNING

@@ -18,15 +18,17 @@ from prometheus_client.registry import Collector
 
 from ..errors import DropboxEvalError
 from ..inbox.scan import candidates
+from ..ops.metrics import PREFIX
 from ..protocol.rejections import REJECTION_REASONS
 from ..results.webhooks import WEBHOOK_OUTCOMES
 from ..util import storage
 from ..util.timestamps import parse
 from ..views import Overview, Views
-from .metrics import PREFIX
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..config import Settings
+    from ..results.webhooks import WebhookReceiver
+    from ..store import Store
 
 log = logging.getLogger("dropbox_eval")
 MONEY = (
@@ -39,9 +41,12 @@ MONEY = (
 class StateCollector(Collector):
     """Metrics read from the state folder at scrape time."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
-        self.views = Views(app.store)
+    def __init__(self, store: Store, settings: Settings, webhooks: WebhookReceiver) -> None:
+        """`settings`: the folders and whether money is shown per client; `webhooks`: this
+        process's receiver, whose outcomes are counted."""
+        self.views = Views(store)
+        self.settings = settings
+        self.webhooks = webhooks
 
     def collect(self) -> Iterator[Metric]:
         """Called by the registry on every scrape. A part that cannot be read now (a full
@@ -78,7 +83,7 @@ class StateCollector(Collector):
     def _counts(self) -> Iterator[Metric]:
         """Rejections (state/rejections.counts.json) and this process's webhook outcomes."""
         rejected = dict.fromkeys(REJECTION_REASONS, 0) | self.views.rejection_counts()
-        webhooks = dict.fromkeys(WEBHOOK_OUTCOMES, 0) | dict(self.app.webhooks.counts)
+        webhooks = dict.fromkeys(WEBHOOK_OUTCOMES, 0) | dict(self.webhooks.counts)
         yield _family(CounterMetricFamily, "files_rejected", BY_REASON, "reason", rejected)
         yield _family(CounterMetricFamily, "forge_webhooks", BY_WEBHOOK, "outcome", webhooks)
 
@@ -86,7 +91,7 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             f"{PREFIX}_inbox_waiting_files",
             "Files in the inbox not yet taken (waiting for readiness or the service).",
-            value=len(candidates(self.app.settings.inbox_path)),
+            value=len(candidates(self.settings.inbox_path)),
         )
 
     def _storage(self) -> Iterator[Metric]:
@@ -97,7 +102,7 @@ class StateCollector(Collector):
             "(/readyz names the cause).",
             labels=["folder"],
         )
-        for label, folder in storage.folders(self.app.settings):
+        for label, folder in storage.folders(self.settings):
             writable = storage.probe(label, folder) is None
             family.add_metric([label.split()[0]], int(writable))
         yield family
@@ -116,7 +121,7 @@ class StateCollector(Collector):
 
     def _credits(self, overview: Overview) -> Iterator[Metric]:
         """Per client with SAAS_EVAL_METRICS_PER_CLIENT; otherwise the sums only."""
-        per_client = self.app.settings.metrics_per_client
+        per_client = self.settings.metrics_per_client
         for name, kind, field, text in MONEY:
             if not per_client:
                 total = sum(int(client[field]) for client in overview.clients)

@@ -20,7 +20,9 @@ from ..store.servicestate import WORKER_DOWN, read_status
 from ..util import storage
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..config import Settings
+    from ..forge.client import GiteaClient
+    from ..store import Store
 
 CACHE_SECONDS = 5.0
 
@@ -38,12 +40,21 @@ class Readiness:
 
 
 class Health:
-    """Runs the readiness checks of one wired App."""
+    """Runs the readiness checks of one service's state and forge."""
 
-    def __init__(self, app: App, service_status: Callable[[], dict[str, Any] | None]) -> None:
-        """`service_status()`: the running service's status (service.json's record, its
-        `workers` as they are now), or None when no service holds the state folder."""
-        self.app = app
+    def __init__(
+        self,
+        store: Store,
+        gitea: GiteaClient | None,
+        settings: Settings,
+        service_status: Callable[[], dict[str, Any] | None],
+    ) -> None:
+        """`settings`: the state folder, inbox and outbox; `service_status()`: the running
+        service's status (service.json's record, its `workers` as they are now), or None
+        when no service holds the state folder."""
+        self.store = store
+        self.gitea = gitea
+        self.settings = settings
         self.service_status = service_status
         self._lock = threading.Lock()
         self._cached: tuple[float, Readiness] | None = None
@@ -68,14 +79,14 @@ class Health:
 
     def _store(self) -> str:
         try:
-            self.app.store.list_batches(live_only=True)
+            self.store.list_batches(live_only=True)
         except (DropboxEvalError, OSError) as exc:
             return f"state unreadable: {exc}"
         return "ok"
 
     def _state(self) -> str:
         """What the service's last state check could not repair (statecheck.py)."""
-        problems = read_status(self.app.settings.state_path).get("state_problems") or []
+        problems = read_status(self.settings.state_path).get("state_problems") or []
         if not problems:
             return "ok"
         first = problems[0]
@@ -87,14 +98,14 @@ class Health:
     def _storage(self) -> str:
         """A full, read-only or refused state folder, inbox or outbox (storage.py), e.g.
         `state folder /srv/state: no space left on device (ENOSPC)`; each one found."""
-        found = storage.problems(self.app.settings, write=True)
+        found = storage.problems(self.settings, write=True)
         return "; ".join(str(problem) for problem in found) or "ok"
 
     def _forge(self) -> str:
-        if self.app.gitea is None:
+        if self.gitea is None:
             return "no forge configured (SAAS_EVAL_GITEA_URL, SAAS_EVAL_GITEA_TOKEN)"
         try:
-            self.app.gitea.version()
+            self.gitea.version()
         except DropboxEvalError as exc:
             return f"forge unreachable: {exc}"
         return "ok"

@@ -13,7 +13,7 @@ headers.py. Each batch's own page and the list of finished batches are in batchp
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -25,24 +25,23 @@ from ..views import Views
 from .batchpage import add_batch_pages, batch_path
 from .door import COOKIE, Door, form_of
 from .health import Health
+from .parts import WebParts
 from .session import OperatorSessions, key_matches
 from .throttle import LoginThrottle
-
-if TYPE_CHECKING:
-    from ..app import App
 
 REFRESH_SECONDS = 5
 
 
-def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
+def add_operator_page(
+    api: FastAPI, parts: WebParts, health: Health, throttle: LoginThrottle
+) -> None:
     """Mount `/operator` (page, login, logout, re-deliver, retry, pause, resume, the batch
-    pages) on `api`; its sessions are `api.state.operator_sessions`."""
-    views = Views(app.store)
+    pages) on `api`; `throttle` counts the sign-in attempts; its sessions are
+    `api.state.operator_sessions`."""
+    views = Views(parts.store)
     sessions = OperatorSessions()
-    throttle = LoginThrottle()
     api.state.operator_sessions = sessions
-    api.state.login_throttle = throttle
-    door = Door(sessions, app.settings)
+    door = Door(sessions, parts.settings)
 
     def signed_in(request: Request, key: str) -> Response:
         token, _ = sessions.open(key)
@@ -73,7 +72,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
             message = f"too many wrong keys from your address: try again in {wait} s"
             return door.login_page(message, 429, {"Retry-After": str(wait)})
         key = (await form_of(request)).get("key", "")
-        if key_matches(key, app.settings.operator_key):
+        if key_matches(key, parts.settings.operator_key):
             throttle.succeeded(source)
             return signed_in(request, key)
         wait = throttle.retry_after(source)
@@ -104,14 +103,14 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
         if refused is not None:
             return refused
         try:
-            result = await run_in_threadpool(app.delivery.emit, batch_id, force=True)
+            result = await run_in_threadpool(parts.delivery.emit, batch_id, force=True)
             note = f"{batch_id}: delivered to {result.get('delivered_to')}"
         except DropboxEvalError as exc:
             note = f"{batch_id}: not delivered: {exc}"
         back = (await form_of(request)).get("back") == "batch"
         return door.done(request, note, batch_path(batch_id) if back else "/operator")
 
-    add_batch_pages(api, app, door)
+    add_batch_pages(api, door, views, parts.settings.gitea_url, parts.lifecycle.cancel)
 
     async def act(request: Request, action: Callable[[], str], where: str) -> Response:
         """A form's action: refused without a session and its CSRF token; else run (in a
@@ -129,7 +128,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
     async def retry(batch_id: str, request: Request) -> Response:
         def retried() -> str:
             try:
-                receipt = app.retries.retry(batch_id)
+                receipt = parts.retries.retry(batch_id)
             except DropboxEvalError as exc:
                 return f"{batch_id}: not retried: {exc}"
             new, count = receipt["batch_id"], receipt["task_count"]
@@ -142,7 +141,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
     async def pause(request: Request) -> Response:
         return await act(
             request,
-            lambda: f"intake paused since {app.pause.pause(by='operator page')['since']}",
+            lambda: f"intake paused since {parts.pause.pause(by='operator page')['since']}",
             "/operator",
         )
 
@@ -150,7 +149,7 @@ def add_operator_page(api: FastAPI, app: App, health: Health) -> None:
     async def resume(request: Request) -> Response:
         return await act(
             request,
-            lambda: "intake resumed" if app.pause.resume() else "intake was not paused",
+            lambda: "intake resumed" if parts.pause.resume() else "intake was not paused",
             "/operator",
         )
 

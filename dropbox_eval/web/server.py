@@ -8,30 +8,38 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from .api import create_api
 from .collector import StateCollector
 from .headers import SecurityHeaders
 from .health import Health
 from .page import add_operator_page
+from .parts import WebParts
 from .session import key_matches
+from .throttle import LoginThrottle
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..config import Settings
+    from ..intake.pause import Pause
 
 
-def create_web(app: App, service_status: Callable[[], dict[str, Any] | None]) -> FastAPI:
-    """The HTTP server's app. `service_status()` is the running service's status, None
-    when none runs (the in-process service inside `run --http-port`, the status file for
-    `serve`)."""
-    api = create_api(app)
-    health = Health(app, service_status)
-    app.metrics.watch_state(StateCollector(app))
+def create_web(parts: WebParts, service_status: Callable[[], dict[str, Any] | None]) -> FastAPI:
+    """The HTTP server's app over the parts it uses. `service_status()` is the running
+    service's status, None when none runs (the in-process service inside `run
+    --http-port`, the status file for `serve`)."""
+    api = create_api(parts)
+    health = Health(parts.store, parts.gitea, parts.settings, service_status)
+    state = CollectorRegistry()  # this app's: the process's own metrics are not touched
+    state.register(StateCollector(parts.store, parts.settings, parts.webhooks))
+
+    def scrape() -> bytes:
+        """The process's metrics, then those read from the store now."""
+        return parts.metrics.render() + generate_latest(state)
 
     @api.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
-        token = app.settings.metrics_token
+        token = parts.settings.metrics_token
         if token and not key_matches(_bearer(request), token):
             body = {
                 "ok": False,
@@ -39,7 +47,7 @@ def create_web(app: App, service_status: Callable[[], dict[str, Any] | None]) ->
                 "message": "this /metrics needs Authorization: Bearer <SAAS_EVAL_METRICS_TOKEN>",
             }
             return JSONResponse(body, 401, headers={"WWW-Authenticate": "Bearer"})
-        return Response(await run_in_threadpool(app.metrics.render), media_type=CONTENT_TYPE_LATEST)
+        return Response(await run_in_threadpool(scrape), media_type=CONTENT_TYPE_LATEST)
 
     @api.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:
@@ -48,13 +56,15 @@ def create_web(app: App, service_status: Callable[[], dict[str, Any] | None]) ->
     @api.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
         result = await run_in_threadpool(health.readiness)
-        body = {"ok": result.ready, "checks": result.checks} | app.pause.view()
+        body = {"ok": result.ready, "checks": result.checks} | parts.pause.view()
         if body["paused"]:  # held on purpose: still ready, and says so
             body["message"] = f"paused since {body['paused_since']}"
         return JSONResponse(body, status_code=200 if result.ready else 503)
 
-    add_operator_page(api, app, health)  # first: its sign-in throttle guards the pause too
-    add_pause_routes(api, app)
+    throttle = LoginThrottle()  # one for the page's sign-in and the pause routes' key
+    api.state.login_throttle = throttle
+    add_operator_page(api, parts, health, throttle)
+    add_pause_routes(api, parts.pause, parts.settings, throttle)
     api.add_middleware(SecurityHeaders)
     return api
 
@@ -62,24 +72,26 @@ def create_web(app: App, service_status: Callable[[], dict[str, Any] | None]) ->
 NO_OPERATOR_KEY = "pause and resume need SAAS_EVAL_OPERATOR_KEY set on the service"
 
 
-def add_pause_routes(api: FastAPI, app: App) -> None:
+def add_pause_routes(
+    api: FastAPI, pause: Pause, settings: Settings, throttle: LoginThrottle
+) -> None:
     """`GET|POST /api/eval/pause`, `POST /api/eval/resume`: the operator's (Bearer
-    SAAS_EVAL_OPERATOR_KEY; a client's API key is not enough)."""
+    SAAS_EVAL_OPERATOR_KEY, read from `settings`; a client's API key is not enough), each
+    try counted by the sign-in `throttle`."""
 
     def refused(request: Request) -> JSONResponse | None:
         """None when the operator's key came; the sign-in throttle counts each try, so the
         key cannot be guessed here faster than on the page's sign-in form."""
-        if not app.settings.operator_key:
+        if not settings.operator_key:
             body = {"ok": False, "reason": "not_configured", "message": NO_OPERATOR_KEY}
             return JSONResponse(body, 503)
-        throttle = api.state.login_throttle
         source = request.client.host if request.client else "-"
         wait = throttle.attempt(source)
         if wait:
             message = f"too many wrong keys from your address: try again in {wait} s"
             body = {"ok": False, "reason": "too_many_attempts", "message": message}
             return JSONResponse(body, 429, headers={"Retry-After": str(wait)})
-        if key_matches(_bearer(request), app.settings.operator_key):
+        if key_matches(_bearer(request), settings.operator_key):
             throttle.succeeded(source)
             return None
         body = {
@@ -91,21 +103,21 @@ def add_pause_routes(api: FastAPI, app: App) -> None:
 
     @api.get("/api/eval/pause", include_in_schema=False)
     def paused(request: Request) -> JSONResponse:
-        return refused(request) or JSONResponse({"ok": True, **app.pause.view()})
+        return refused(request) or JSONResponse({"ok": True, **pause.view()})
 
     @api.post("/api/eval/pause", include_in_schema=False)
-    def pause(request: Request) -> JSONResponse:
+    def pause_intake(request: Request) -> JSONResponse:
         if (answer := refused(request)) is not None:
             return answer
-        app.pause.pause(by="api")
-        return JSONResponse({"ok": True, **app.pause.view()})
+        pause.pause(by="api")
+        return JSONResponse({"ok": True, **pause.view()})
 
     @api.post("/api/eval/resume", include_in_schema=False)
-    def resume(request: Request) -> JSONResponse:
+    def resume_intake(request: Request) -> JSONResponse:
         if (answer := refused(request)) is not None:
             return answer
-        ended = app.pause.resume()
-        body = {"ok": True, **app.pause.view(), "was_paused_since": (ended or {}).get("since")}
+        ended = pause.resume()
+        body = {"ok": True, **pause.view(), "was_paused_since": (ended or {}).get("since")}
         return JSONResponse(body)
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..app import App
-from ..delivery.deliverer import destination
+from ..delivery.deliverer import Delivery, destination
 from ..errors import StorageUnavailable
 from ..models import BatchRecord, BatchStatus
 from ..util.keyedpool import KeyedPool
 from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from ..store import Store
 
 log = logging.getLogger("dropbox_eval")
 
@@ -21,12 +24,21 @@ log = logging.getLogger("dropbox_eval")
 class DeliveryWorker:
     """Due reports -> outbox or callback, one delivery per destination at a time."""
 
-    def __init__(self, app: App, stop: threading.Event, report: Report) -> None:
-        self.app = app
+    def __init__(
+        self,
+        store: Store,
+        delivery: Delivery,
+        stop: threading.Event,
+        report: Report,
+        wake: threading.Event | None = None,
+    ) -> None:
+        """`wake` is set when a batch ends: deliver it now."""
+        self.store = store
+        self.delivery = delivery
         self.stop = stop
         self.report = report
         self.pool = KeyedPool(POOL_SIZE, "delivery")  # keys: the batch, its callback host
-        self.wake = threading.Event()  # set when a batch ends: deliver it now
+        self.wake = wake or threading.Event()
 
     def run(self) -> None:
         """A pass whenever a batch ends, and every tick for the retries that fall due."""
@@ -45,14 +57,14 @@ class DeliveryWorker:
     def deliver_due(self) -> list[Future[Any]]:
         """Start the delivery of every due report whose destination is free."""
         started = []
-        for row in self.app.store.list_batches(live_only=True):
-            if row["status"] == BatchStatus.RUNNING or self.stop.is_set():
+        for row in self.store.list_batches(live_only=True):
+            if row.status == BatchStatus.RUNNING or self.stop.is_set():
                 continue
-            batch = self.app.store.get_batch(str(row["batch_id"]))
+            batch = self.store.get_batch(row.batch_id)
             if batch.emitted_at is not None:  # a crash or a full disk came before archiving
                 self._archive(batch)
                 continue
-            if not self.app.delivery.is_due(batch):
+            if not self.delivery.is_due(batch):
                 continue
             host = destination(batch)
             keys = [batch.batch_id] if host == "outbox" else [batch.batch_id, f"host:{host}"]
@@ -63,11 +75,11 @@ class DeliveryWorker:
 
     def _archive(self, batch: BatchRecord) -> None:
         """Archive an emitted batch; one that storage refuses waits (the others go on)."""
-        waits = self.app.delivery.storage_waits
+        waits = self.delivery.storage_waits
         if not waits.ready(batch.batch_id):
             return
         try:
-            self.app.store.archive(batch)
+            self.store.archive(batch)
         except StorageUnavailable as exc:
             tries, wait = waits.failed(batch.batch_id)
             log.warning(
@@ -81,4 +93,4 @@ class DeliveryWorker:
         waits.succeeded(batch.batch_id)
 
     def _deliver(self, batch_id: str) -> None:
-        guarded(f"batch {batch_id}", self.report, self.app.delivery.deliver_due, batch_id)
+        guarded(f"batch {batch_id}", self.report, self.delivery.deliver_due, batch_id)

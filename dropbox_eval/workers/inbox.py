@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..app import App
-from ..inbox import ReadinessTracker, is_candidate_name
+from ..inbox import Inbox, ReadinessTracker, is_candidate_name
 from ..inbox.mounts import choose_polling
 from ..inbox.watcher import InboxWatcher
 from ..util.keyedpool import KeyedPool
 from .guard import FAST_TICK_SECONDS, POOL_SIZE, TICK_SECONDS, Report, guarded
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+    from pathlib import Path
+
+    from ..config import Settings
 
 log = logging.getLogger("dropbox_eval")
 
@@ -23,20 +26,29 @@ class InboxWorker:
     """Watches the inbox; a file is taken once at a time (a re-upload meanwhile waits)."""
 
     def __init__(
-        self, app: App, stop: threading.Event, report: Report, *, polling: bool | None
+        self,
+        inbox: Inbox,
+        settings: Settings,
+        stop: threading.Event,
+        report: Report,
+        *,
+        polling: bool | None,
+        wake: threading.Event | None = None,
     ) -> None:
         """`polling`: True or False as asked, None to poll only an inbox on a network or
-        FUSE filesystem (decided now, and again whenever the inbox folder is replaced)."""
-        self.app = app
+        FUSE filesystem (decided now, and again whenever the inbox folder is replaced).
+        `wake`: set to look at once (a resume). The inbox's `paused` holds files back."""
+        self.inbox = inbox
+        self.settings = settings
         self.stop = stop
         self.report = report
         self.choice = polling
-        self.polling, self.polling_note = choose_polling(polling, app.inbox.root)
-        self.wake = threading.Event()
-        self.tracker = ReadinessTracker(app.settings.quiet_period)
+        self.polling, self.polling_note = choose_polling(polling, inbox.root)
+        self.wake = wake or threading.Event()
+        self.tracker = ReadinessTracker(settings.quiet_period)
         self.pool = KeyedPool(POOL_SIZE, "inbox")
         self.watcher = InboxWatcher(
-            app.inbox.root,
+            inbox.root,
             self.offer,
             self.wake,
             on_renamed=lambda path: self.offer(path, renamed=True),
@@ -52,8 +64,8 @@ class InboxWorker:
                 if self.watcher.keep() is None:
                     if time.monotonic() >= next_scan:
                         self.rescan()
-                        next_scan = time.monotonic() + self.app.settings.rescan_interval
-                    if self.app.pause.since() is None:  # paused: files wait, still tracked
+                        next_scan = time.monotonic() + self.settings.rescan_interval
+                    if self.inbox.paused() is None:  # paused: files wait, still tracked
                         self.take_ready()
                 self.wake.wait(FAST_TICK_SECONDS if self.tracker.pending() else TICK_SECONDS)
                 self.wake.clear()
@@ -63,7 +75,7 @@ class InboxWorker:
     def waiting(self) -> str | None:
         """What intake waits for (the inbox folder is missing or not a folder), or None."""
         problem = self.watcher.problem
-        return None if problem is None else f"inbox {self.app.inbox.root}: {problem}"
+        return None if problem is None else f"inbox {self.inbox.root}: {problem}"
 
     def close(self) -> None:
         """Let the files being taken finish (after the last run)."""
@@ -78,12 +90,12 @@ class InboxWorker:
         """Poll or not, again: the watcher asks when the inbox folder was replaced (a share
         mounted over it, or unmounted); a change is logged."""
         before = (self.polling, self.polling_note)
-        self.polling, self.polling_note = choose_polling(self.choice, self.app.inbox.root)
+        self.polling, self.polling_note = choose_polling(self.choice, self.inbox.root)
         if (self.polling, self.polling_note) != before:
             self.log_polling()
             if self.polling_note is None:
                 how = "polling (as asked)" if self.polling else "inotify"
-                log.info("inbox %s is on a local filesystem now: %s", self.app.inbox.root, how)
+                log.info("inbox %s is on a local filesystem now: %s", self.inbox.root, how)
         return self.polling
 
     def offer(self, path: Path, *, renamed: bool = False) -> None:
@@ -92,7 +104,7 @@ class InboxWorker:
         `renamed`: a rename into place from a temporary or hidden name, so the file is
         complete and is read at the next look, without the quiet period.
         """
-        if not is_candidate_name(self.app.inbox.root, path):
+        if not is_candidate_name(self.inbox.root, path):
             return
         if renamed:
             self.tracker.renamed(path)
@@ -101,7 +113,7 @@ class InboxWorker:
 
     def rescan(self) -> None:
         """Offer every candidate present now (events can be lost)."""
-        for path in self.app.inbox.scan():
+        for path in self.inbox.scan():
             self.tracker.touch(path)
 
     def take_ready(self) -> list[Future[Any]]:
@@ -117,6 +129,6 @@ class InboxWorker:
 
     def _take(self, path: Path) -> None:
         try:
-            guarded(f"file {path}", self.report, self.app.inbox.process, path)
+            guarded(f"file {path}", self.report, self.inbox.process, path)
         finally:
             self.wake.set()

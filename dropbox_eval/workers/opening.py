@@ -7,15 +7,20 @@ next poll cycle, so the forge's budget is in use again as soon as it may be."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..app import App
 from ..errors import NotFoundError
 from ..models import BatchStatus
 from ..util.keyedpool import KeyedPool
 from .guard import Report, guarded
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..intake.opening import IssueOpener
+    from ..lifecycle.ending import Lifecycle
+    from ..store import Store
 
 # 8 clients served at once, as many batches of one client as its burst needs to fill the
 # forge's budget; the scheduler, not the thread count, keeps the clients' forge calls fair
@@ -26,14 +31,24 @@ OPEN_PER_CLIENT = 8
 class OpenWorker:
     """Opens batches handed over by the inbox, the API or a poll cycle's resume."""
 
-    def __init__(self, app: App, report: Report) -> None:
-        self.app = app
+    def __init__(
+        self,
+        store: Store,
+        opener: IssueOpener,
+        lifecycle: Lifecycle,
+        report: Report,
+        retry_at: Callable[[float, Callable[[], None]], None] | None = None,
+    ) -> None:
+        """`retry_at` calls back in so many seconds (the service's alarm); None: the poll
+        cycle resumes a failed opening."""
+        self.store = store
+        self.opener = opener
+        self.lifecycle = lifecycle
         self.report = report
         self.pool = KeyedPool(OPEN_THREADS, "open", per_group=OPEN_PER_CLIENT)
         self._started: set[Future[Any]] = set()
         self._lock = threading.Lock()
-        # calls back in so many seconds (the service's alarm); None: the poll cycle resumes
-        self.retry_at: Callable[[float, Callable[[], None]], None] | None = None
+        self.retry_at = retry_at
 
     def offer(self, batch_id: str, client_id: str) -> Future[Any] | None:
         """Open the batch's missing issues unless that is under way already."""
@@ -55,13 +70,13 @@ class OpenWorker:
         self.pool.shutdown(wait=True)
 
     def _open(self, batch_id: str) -> None:
-        intake, lifecycle = self.app.intake, self.app.lifecycle
+        lifecycle = self.lifecycle
         opened = guarded(
             f"batch {batch_id}",
             self.report,
             lifecycle.visit,
             batch_id,
-            intake.open_issues,
+            self.opener.open_issues,
             batch_id,
         )
         if opened is None:  # the visit failed (a count of issues otherwise)
@@ -70,13 +85,13 @@ class OpenWorker:
     def _schedule_retry(self, batch_id: str) -> None:
         """A failed visit left a next try on the record: come back then."""
         try:
-            batch = self.app.store.get_batch(batch_id)
+            batch = self.store.get_batch(batch_id)
         except NotFoundError:  # archived meanwhile: nothing left to open
             return
         unfinished = batch.status == BatchStatus.RUNNING and not batch.intake_done
         if self.retry_at is None or not unfinished or batch.next_attempt_at is None:
             return
-        seconds = self.app.lifecycle.attempts.retry_in(batch)
+        seconds = self.lifecycle.attempts.retry_in(batch)
 
         def again() -> None:
             self.offer(batch_id, batch.client_id)

@@ -7,20 +7,43 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ..app import App
 from ..errors import ForgeError, StorageUnavailable
 from ..forge.scheduler import on_behalf_of
 from ..models import BatchStatus
 from ..results.scout import ChangeScout, Visit
 from ..util.keyedpool import KeyedPool
 from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
-from .opening import OpenWorker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from concurrent.futures import Future
+
+    from ..config import Settings
+    from ..forge.client import GiteaClient
+    from ..lifecycle.ending import Lifecycle
+    from ..ops.metrics import Metrics
+    from ..results.poller import Poller
+    from ..results.webhooks import Nudges
+    from ..store import Store
+    from .opening import OpenWorker
 
 log = logging.getLogger("dropbox_eval")
+
+
+@dataclass(frozen=True)
+class PollingStages:
+    """What a forge cycle uses: the stages it drives and what it tells."""
+
+    settings: Settings
+    store: Store
+    gitea: GiteaClient | None
+    lifecycle: Lifecycle
+    poller: Poller
+    nudges: Nudges
+    metrics: Metrics
 
 
 class ForgeWorker:
@@ -28,35 +51,49 @@ class ForgeWorker:
 
     def __init__(
         self,
-        app: App,
+        stages: PollingStages,
         stop: threading.Event,
         report: Report,
-        opener: OpenWorker | None = None,
+        opener: OpenWorker,
+        *,
         on_full: Callable[[], None] | None = None,
-        on_cycle: Callable[[], None] = lambda: None,
+        on_cycle: Callable[[int], None] = lambda _cycles: None,
+        now: threading.Event | None = None,
     ) -> None:
-        self.app = app
+        """`opener` takes unopened batches; `on_full` runs before each full reconciliation
+        (the state check); `on_cycle` is told the count after each full cycle (the status);
+        `now`, set, starts the next cycle at once (a resume)."""
+        self.settings = stages.settings
+        self.store = stages.store
+        self.lifecycle = stages.lifecycle
+        self.poller = stages.poller
+        self.nudges = stages.nudges
+        self.metrics = stages.metrics
         self.stop = stop
         self.report = report
-        self.opener = opener or OpenWorker(app, report)  # where unopened batches go
-        self.on_full = on_full  # the state check, run before each full reconciliation
-        self.on_cycle = on_cycle  # told after each full cycle (the status file)
+        self.opener = opener
+        self.on_full = on_full
+        self.on_cycle = on_cycle
         self.cycles = 0
-        self.now = threading.Event()  # set: the next cycle starts at once (a resume)
+        self.now = now or threading.Event()
         self.pool = KeyedPool(POOL_SIZE, "forge")  # a repo that hangs holds its own visit
         # one repo per batch: a cross-repo search finds the repos that changed
-        self.scout = None if app.settings.repo else ChangeScout(app)
+        self.scout = None
+        if not self.settings.repo:
+            self.scout = ChangeScout(
+                stages.store, stages.gitea, stages.settings, stages.lifecycle.attempts.is_due
+            )
 
     def run(self) -> None:
         """A cycle every poll interval until stopped; repos a webhook named at once."""
-        nudges = self.app.nudges
+        nudges = self.nudges
         next_cycle = time.monotonic()
         while not self.stop.is_set():
             if time.monotonic() >= next_cycle or self.now.is_set():
                 self.now.clear()
                 guarded("poll cycle", self.report, self.cycle)
-                self.on_cycle()
-                next_cycle = time.monotonic() + self.app.settings.poll_interval
+                self.on_cycle(self.cycles)
+                next_cycle = time.monotonic() + self.settings.poll_interval
             else:
                 guarded("webhook poll", self.report, self.cycle, nudges.take())
             nudges.wake.wait(min(TICK_SECONDS, max(0.0, next_cycle - time.monotonic())))
@@ -78,18 +115,18 @@ class ForgeWorker:
         full = False
         if only is None:
             self.cycles += 1
-            full = (self.cycles - 1) % self.app.settings.full_poll_every == 0
+            full = (self.cycles - 1) % self.settings.full_poll_every == 0
             if full and self.cycles > 1 and self.on_full is not None:  # the start ran it
                 guarded("state check", self.report, self.on_full)
         by_repo: dict[str, list[str]] = {}
         clients: dict[str, str] = {}  # whose queue a repo's visit waits in at the forge
-        for row in self.app.store.list_batches(live_only=True):
-            if row["status"] != BatchStatus.RUNNING or self.stop.is_set():
+        for row in self.store.list_batches(live_only=True, status=BatchStatus.RUNNING):
+            if self.stop.is_set():
                 continue
-            if only is not None and str(row["repo"]).casefold() not in only:
+            if only is not None and row.repo.casefold() not in only:
                 continue
-            by_repo.setdefault(str(row["repo"]), []).append(str(row["batch_id"]))
-            clients.setdefault(str(row["repo"]), str(row["client_id"]))
+            by_repo.setdefault(row.repo, []).append(row.batch_id)
+            clients.setdefault(row.repo, row.client_id)
         plan: dict[str, Visit] | None = None
         if only is None and self.scout is not None and len(by_repo) > 1:  # else one listing
             plan = self._scouted(by_repo, full)  # {} when nothing needs a visit
@@ -103,9 +140,9 @@ class ForgeWorker:
             if future is not None:
                 started.append(future)
             elif only is not None:  # a webhook's news waits for the visit in flight
-                self.app.nudges.add(repo, wake=False)
+                self.nudges.add(repo, wake=False)
         if only is None:  # a poll cycle, not a webhook's nudge
-            self.app.metrics.time_cycle(started, begun)
+            self.metrics.time_cycle(started, begun)
         return started
 
     def _scouted(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit] | None:
@@ -124,7 +161,7 @@ class ForgeWorker:
 
     def visit_repo(self, batch_ids: list[str], visit: Visit) -> None:
         """End or resume each due batch of one repo, then poll the rest in one listing."""
-        lifecycle, store = self.app.lifecycle, self.app.store
+        lifecycle, store = self.lifecycle, self.store
         to_poll: list[str] = []
         failing: list[str] = []  # batches whose earlier visits failed: reset once this works
         for batch_id in batch_ids:
@@ -147,7 +184,7 @@ class ForgeWorker:
         if not to_poll:
             return
         try:
-            self.app.poller.poll_batches(
+            self.poller.poll_batches(
                 to_poll,
                 full=visit.full,
                 probe=visit.probe,

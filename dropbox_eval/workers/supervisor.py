@@ -19,9 +19,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..models import utcnow
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 log = logging.getLogger("dropbox_eval")
 BACKOFF_FIRST_SECONDS = 1.0
@@ -68,8 +71,9 @@ class WorkerState:
 class Supervisor:
     """Starts each worker on its own thread and keeps it up; thread-safe."""
 
-    def __init__(self, stop: threading.Event) -> None:
-        """`stop` ends every worker (and is set when one gives up)."""
+    def __init__(self, stop: threading.Event, workers: Mapping[str, Worker] | None = None) -> None:
+        """`stop` ends every worker (and is set when one gives up); `workers`: each worker
+        by the name its state is shown under."""
         self.stop = stop
         self.failed: str | None = None  # why the service must exit non-zero
         self._workers: dict[str, Worker] = {}
@@ -77,6 +81,8 @@ class Supervisor:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._faults = _armed_faults()
+        for name, worker in (workers or {}).items():
+            self.add(name, worker)
 
     def add(self, name: str, worker: Worker) -> None:
         """Register a worker under its thread name (before `start`)."""

@@ -30,7 +30,6 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..forge.transport import CONNECT_TIMEOUT
@@ -128,7 +127,6 @@ class Metrics:
             buckets=_LONG,
             registry=self.registry,
         )
-        self._state: Collector | None = None
 
     def observe_forge(self, method: str, path: str, code: str, seconds: float) -> None:
         """Count and time one forge call (forgehttp.Observer)."""
@@ -170,12 +168,6 @@ class Metrics:
 
         for visit in pending:
             visit.add_done_callback(one_done)
-
-    def watch_state(self, collector: Collector) -> None:
-        """Add the store-derived metrics (once)."""
-        if self._state is None:
-            self._state = collector
-            self.registry.register(collector)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
