@@ -209,13 +209,18 @@ class PullRequestRef(BaseModel):
 
 
 class TaskResult(BaseModel):
-    """What the lane said about one task."""
+    """What the lane said about one task: every field is a field of the task's line in
+    the report too (ReportResult extends it), so a new one is read in results/lane.py and
+    reported with no other change."""
 
     summary: str = ""
     details: Any = None
     pull_request: PullRequestRef | None = None
-    # the summary comment was edited after the settle moment: its body then is unknown
-    summary_edited_after_settle: bool = False
+    summary_edited_after_settle: bool = Field(
+        default=False,
+        description="The lane's comment was edited after the settle moment: the summary and "
+        "details are its body as read, not as it stood then (present only when true).",
+    )
 
 
 class Settling(BaseModel):
@@ -316,22 +321,15 @@ class LedgerEntry(BaseModel):
     at: datetime
 
 
-class ReportResult(BaseModel):
-    """One task line of a report."""
+class ReportResult(TaskResult):
+    """One task line of a report: the task, its status and issue, and what the lane said
+    (TaskResult's fields)."""
 
     model_config = ConfigDict(extra="forbid")
 
     task_id: str
     status: TaskStatus
-    summary: str
     issue_url: str | None
-    details: Any = None
-    pull_request: PullRequestRef | None = None
-    summary_edited_after_settle: bool = Field(
-        default=False,
-        description="The lane's comment was edited after the settle moment: the summary and "
-        "details are its body as read, not as it stood then (present only when true).",
-    )
 
 
 class Report(BaseModel):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import BatchRecord, Report, ReportResult, TaskRecord, TaskStatus
+from ..models import BatchRecord, Report, ReportResult, TaskRecord, TaskResult, TaskStatus
 from ..util.timestamps import rfc3339
+
+
+LEADING = ("task_id", "status", "summary", "issue_url")  # a task line's first keys
 
 
 def status_counts(tasks: list[TaskRecord], *, every_status: bool = False) -> dict[str, int]:
@@ -36,10 +39,7 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
                 task_id=t.task_id,
                 status=t.status,
                 issue_url=t.issue_url,
-                summary=t.result.summary if t.result else "",
-                details=t.result.details if t.result else None,
-                pull_request=t.result.pull_request if t.result else None,
-                summary_edited_after_settle=bool(t.result and t.result.summary_edited_after_settle),
+                **(t.result or TaskResult()).model_dump(),
             )
             for t in tasks
         ],
@@ -49,9 +49,16 @@ def build_report(batch: BatchRecord, tasks: list[TaskRecord]) -> dict[str, Any]:
         del data["retry_of"]
     for name in ("created_at", "completed_at"):  # the one format a client sees
         data[name] = rfc3339(data[name])
-    for result in data["results"]:
-        if not result["summary_edited_after_settle"]:  # said only when it is so
-            del result["summary_edited_after_settle"]
-        if result["pull_request"] is not None:
-            result["pull_request"]["merged_at"] = rfc3339(result["pull_request"]["merged_at"])
+    data["results"] = [_task_line(result) for result in data["results"]]
     return data
+
+
+def _task_line(result: dict[str, Any]) -> dict[str, Any]:
+    """A task's line as clients read it: the task first, then what the lane said."""
+    line = {key: result.pop(key) for key in LEADING}
+    line.update(result)
+    if not line["summary_edited_after_settle"]:  # said only when it is so
+        del line["summary_edited_after_settle"]
+    if line["pull_request"] is not None:
+        line["pull_request"]["merged_at"] = rfc3339(line["pull_request"]["merged_at"])
+    return line
