@@ -34,9 +34,8 @@ from .results.poller import Poller
 from .results.webhooks import Nudges, WebhookReceiver
 from .service import Service, Workers
 from .store import Store
-from .store.engine import TinyDBStore
 from .store.secrecy import make_state_private
-from .store.statefolder import check_state_path, has_state, make_drop_folders, no_state
+from .store.statefolder import check_state_path, has_state, make_drop_folders, no_state, open_store
 from .util.alarm import Alarm
 from .web.parts import WebParts
 from .workers.delivery import DeliveryWorker
@@ -231,7 +230,7 @@ def _build(
     if new_state and not create:
         raise no_state(settings)
     make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
-    store: Store = TinyDBStore(settings.state_path)
+    store = open_store(settings.state_path)
     billing = Billing(store, settings.task_price)
     metrics = metrics or Metrics(settings.forge_timeout)
     gitea = _forge_client(settings, metrics) if with_forge else None

@@ -7,7 +7,6 @@ from typing import Any
 from ..models import BatchRecord, Report, ReportResult, TaskRecord, TaskResult, TaskStatus
 from ..util.timestamps import rfc3339
 
-
 LEADING = ("task_id", "status", "summary", "issue_url")  # a task line's first keys
 
 

@@ -22,7 +22,7 @@ from asyncssh import SFTPFailure, SFTPNoSuchFile
 from ..errors import DropboxEvalError, NoState, NotFoundError
 from ..models import is_valid_id
 from ..store import Store
-from ..store.engine import TinyDBStore
+from ..store.statefolder import open_store
 from ..util.names import REPORTS_DIR, UNDELIVERED_DIR
 from .paths import DIR_FLAGS, stat_at
 
@@ -49,7 +49,7 @@ class Owners:
     def _opened(self) -> Store | None:
         if self._store is None:
             try:
-                self._store = TinyDBStore(self.state_dir, read_only=True)
+                self._store = open_store(self.state_dir, read_only=True)
             except NoState:
                 return None
         return self._store

@@ -21,12 +21,18 @@ from .engine import TinyDBStore
 log = logging.getLogger("dropbox_eval")
 
 
+def open_store(state_dir: Path, *, read_only: bool = False) -> Store:
+    """The store on a state folder: the one place that chooses its engine (TinyDB). A
+    read-only one creates nothing (NoState when there is no state)."""
+    return TinyDBStore(state_dir, read_only=read_only)
+
+
 def open_state(settings: Settings) -> Store:
     """The store opened read-only, for commands that only look: creates nothing, and says
     where it looked when there is no state there (NoState, exit 2)."""
     check_state_path(settings)
     try:
-        return TinyDBStore(settings.state_path, read_only=True)
+        return open_store(settings.state_path, read_only=True)
     except NoState:
         raise no_state(settings) from None
 
