@@ -141,9 +141,7 @@ def build_service(
     assert running.opener is not None
     status = running.status
     forge = ForgeWorker(
-        PollingStages(
-            settings, app.store, app.gitea, app.lifecycle, app.poller, app.nudges, app.metrics
-        ),
+        _polling_stages(app),
         running.stop,
         status.report,
         running.opener,
@@ -182,10 +180,13 @@ def forge_worker(app: App, stop: threading.Event, report: Report) -> ForgeWorker
     """A forge worker over `app`'s stages, with an opener of its own and no service
     around it (a test or a bench drives its cycles)."""
     opener = OpenWorker(app.store, app.intake.opener, app.lifecycle, report)
-    stages = PollingStages(
+    return ForgeWorker(_polling_stages(app), stop, report, opener)
+
+
+def _polling_stages(app: App) -> PollingStages:
+    return PollingStages(
         app.settings, app.store, app.gitea, app.lifecycle, app.poller, app.nudges, app.metrics
     )
-    return ForgeWorker(stages, stop, report, opener)
 
 
 class _Running:
