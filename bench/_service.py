@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from dropbox_eval.app import App, build_app
+from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.forge.scheduler import ForgeScheduler
 from dropbox_eval.service import Service
@@ -149,7 +149,7 @@ def running(
         )
         if server is not None:
             run.product.settings.forge_webhook_url = f"{server.start()}/hooks/forge"
-        service = run.service = Service(run.product)
+        service = run.service = service_for(run.product)
         thread = threading.Thread(target=service.run, name="bench-service", daemon=True)
         thread.start()
         try:

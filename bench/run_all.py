@@ -39,6 +39,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "flow": ([], ["--quick"]),
     "burst": ([], ["--quick"]),
     "fairness": ([], ["--quick"]),
+    "inbox_fairness": ([], ["--quick"]),
     "report": ([], ["--quick"]),
     "bigdrop": ([], ["--quick"]),
     "limiter": ([], ["--quick"]),

@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     rescan_interval: float = Field(default=30.0, gt=0)
     max_file_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
     max_tasks: int = Field(default=10_000, gt=0)
+    inbox_client_backlog: int = Field(default=1000, ge=1)  # files of one client tracked at once
     intake_concurrency: int = Field(default=4, ge=1, le=1024)  # the budget's starting point
     forge_max_inflight: int = Field(default=64, ge=1, le=1024)
     client_weights: str = ""  # `acme=3,beta=2`: turns per round at the forge (default 1)

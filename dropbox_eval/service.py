@@ -196,7 +196,7 @@ class Service:
         self.inbox.rescan()
         deadline = time.monotonic() + ONCE_TIMEOUT_SECONDS
         paused = self.pause.since() is not None
-        while not paused and self.inbox.tracker.pending() and time.monotonic() < deadline:
+        while not paused and self.inbox.pending() and time.monotonic() < deadline:
             wait(self.inbox.take_ready())
             if self.stop_event.wait(FAST_TICK_SECONDS):
                 return

@@ -1,7 +1,7 @@
 """The one scheduler of forge work: every forge exchange waits here for a slot of the
 in-flight budget (limiter.py), and waiting exchanges are served client by client in turn
-(weighted round robin), so one client's backlog never stands in front of another
-client's first request.
+(weighted round robin, util/roundrobin.py), so one client's backlog never stands in front
+of another client's first request.
 
 The caller names the client it works for with `on_behalf_of` (a context variable: a
 thread started with `contextvars.copy_context()` keeps it); work for nobody in particular
@@ -14,11 +14,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import ParamSpec, TypeVar
 
+from ..util.roundrobin import RoundRobin
 from .limiter import Limiter, Outcome
 
 SERVICE = "-"  # the queue of work done for no client in particular
@@ -43,14 +43,6 @@ def current_client() -> str:
     return _client.get()
 
 
-class _Waiter:
-    __slots__ = ("event", "key")
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        self.event = threading.Event()
-
-
 class ForgeScheduler:
     """A fair gate in front of the forge; thread-safe."""
 
@@ -64,13 +56,9 @@ class ForgeScheduler:
         default: not an overload); `weight_of` gives a client's turns per round (1)."""
         self.limiter = limiter
         self._classify = classify or (lambda _error: Outcome(0.0))
-        self._weight_of = weight_of or (lambda _key: 1)
         self._lock = threading.Lock()
-        self._queues: dict[str, deque[_Waiter]] = {}
-        self._turns: deque[str] = deque()  # clients with waiting calls, in serving order
-        self._left: dict[str, int] = {}  # grants left in the current client's turn
+        self._waiters: RoundRobin[threading.Event] = RoundRobin(weight_of)
         self._in_flight = 0
-        self._waiting = 0
         self._timer: threading.Timer | None = None
 
     @property
@@ -81,7 +69,7 @@ class ForgeScheduler:
     def waiting(self) -> dict[str, int]:
         """Calls waiting for a slot, per client."""
         with self._lock:
-            return {key: len(queue) for key, queue in self._queues.items() if queue}
+            return self._waiters.counts()
 
     def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn` in this thread once the current client's turn gives it a slot."""
@@ -98,18 +86,13 @@ class ForgeScheduler:
 
     def _acquire(self, key: str) -> None:
         with self._lock:
-            if not self._waiting and self._has_room():
+            if not self._waiters and self._has_room():
                 self._in_flight += 1
                 return
-            waiter = _Waiter(key)
-            queue = self._queues.setdefault(key, deque())
-            if not queue and key not in self._left:
-                self._turns.append(key)
-                self._left[key] = max(1, self._weight_of(key))
-            queue.append(waiter)
-            self._waiting += 1
+            waiter = threading.Event()
+            self._waiters.push(key, waiter)
             self._dispatch()
-        waiter.event.wait()
+        waiter.wait()
 
     def _release(self, outcome: Outcome) -> None:
         with self._lock:
@@ -124,21 +107,12 @@ class ForgeScheduler:
 
     def _dispatch(self) -> None:
         """Grant slots to waiting calls, client by client; the caller holds the lock."""
-        while self._turns and self._has_room():
-            key = self._turns[0]
-            waiter = self._queues[key].popleft()
-            self._waiting -= 1
+        while self._waiters and self._has_room():
+            _key, waiter = self._waiters.pop()
             self._in_flight += 1
-            self._left[key] -= 1
-            if not self._queues[key] or self._left[key] == 0:
-                self._turns.popleft()
-                del self._left[key]
-                if self._queues[key]:  # back of the line, a fresh turn
-                    self._turns.append(key)
-                    self._left[key] = max(1, self._weight_of(key))
-            waiter.event.set()
+            waiter.set()
         pause = self.limiter.paused_for()
-        if self._turns and pause > 0 and self._timer is None:
+        if self._waiters and pause > 0 and self._timer is None:
             self._timer = threading.Timer(pause, self._resume)
             self._timer.daemon = True
             self._timer.start()

@@ -7,7 +7,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,28 +44,43 @@ class ReadinessTracker:
     as it is still a regular file with the signature (inode, size, mtime, ctime) it had right
     after the rename. Any other event on the path (`changed`) withdraws that, and so does any
     difference in the signature: the file then waits the quiet period like any other.
+
+    With `per_group`, at most that many paths of one group (a client's folder, `group_of`)
+    are tracked at once: a path beyond it is not taken (it stays on disk), and `refill_due`
+    says when a group that overflowed has room again, for a rescan to bring the rest.
     """
 
-    def __init__(self, quiet_period: float) -> None:
+    def __init__(
+        self,
+        quiet_period: float,
+        *,
+        group_of: Callable[[Path], str] = lambda _path: "",
+        per_group: int | None = None,
+    ) -> None:
         self.quiet_period = quiet_period
+        self.group_of = group_of
+        self.per_group = per_group
+        self._counts: dict[str, int] = {}  # tracked paths per group
+        self._overflowed: set[str] = set()  # groups that had a path refused
         self._seen: dict[Path, _Seen | None] = {}
         self._renamed: dict[Path, Signature] = {}
         self._events: dict[Path, int] = {}  # per touch; one during a check keeps the path
         self._ignored: dict[Path, tuple[int, int]] = {}
         self._lock = threading.Lock()
 
-    def touch(self, path: Path) -> None:
-        """Remember a path to check (thread-safe; called from the observer thread)."""
+    def touch(self, path: Path) -> bool:
+        """Remember a path to check (thread-safe; called from the observer thread); False
+        when its group has as many tracked as it may."""
         with self._lock:
-            self._touch(path)
+            return self._touch(path)
 
-    def changed(self, path: Path) -> None:
+    def changed(self, path: Path) -> bool:
         """An event other than a rename into place: check the path, with the quiet period."""
         with self._lock:
             self._renamed.pop(path, None)
-            self._touch(path)
+            return self._touch(path)
 
-    def renamed(self, path: Path) -> None:
+    def renamed(self, path: Path) -> bool:
         """A rename from a temporary or hidden name put `path` in place: complete at once.
 
         Called from the observer thread as the move event arrives; the signature seen now is
@@ -76,32 +91,70 @@ class ReadinessTracker:
         except OSError:
             info = None
         with self._lock:
-            if info is not None and stat.S_ISREG(info.st_mode):
+            taken = self._touch(path)
+            if taken and info is not None and stat.S_ISREG(info.st_mode):
                 self._renamed[path] = signature(info)
             else:
                 self._renamed.pop(path, None)
-            self._touch(path)
+            return taken
 
-    def _touch(self, path: Path) -> None:
-        self._seen.setdefault(path, None)
+    def _touch(self, path: Path) -> bool:
+        if path not in self._seen:
+            group = self.group_of(path)
+            count = self._counts.get(group, 0)
+            if self.per_group is not None and count >= self.per_group:
+                self._overflowed.add(group)
+                return False
+            self._counts[group] = count + 1
+            self._seen[path] = None
         self._events[path] = self._events.get(path, 0) + 1
+        return True
+
+    def _forget(self, path: Path) -> None:
+        if path in self._seen:
+            del self._seen[path]
+            group = self.group_of(path)
+            self._counts[group] -= 1
+            if not self._counts[group]:
+                del self._counts[group]
+        self._events.pop(path, None)
+        self._renamed.pop(path, None)
+
+    def refill_due(self) -> bool:
+        """Whether a group that had paths refused is down to half its share (then its
+        rest on disk can be looked for again); each overflow is answered once."""
+        with self._lock:
+            limit = (self.per_group or 0) // 2
+            due = {group for group in self._overflowed if self._counts.get(group, 0) <= limit}
+            self._overflowed -= due
+            return bool(due)
+
+    def overflowed(self) -> bool:
+        """Whether some group had paths refused that no rescan brought back yet."""
+        with self._lock:
+            return bool(self._overflowed)
 
     def pending(self) -> int:
         """How many paths are being watched for readiness."""
         with self._lock:
             return len(self._seen)
 
-    def ready(self, now: float | None = None) -> Iterator[Path]:
+    def ready(
+        self, now: float | None = None, wanted: Callable[[Path], bool] | None = None
+    ) -> Iterator[Path]:
         """Yield the paths that are ready, each checked again just before it is yielded.
 
         A yielded path is no longer tracked; vanished and non-regular paths are dropped
         (an event or the next rescan brings them back). Checking lazily means a file that a
         writer resumed while earlier files were being processed is not read half-written.
         A path touched again while it was being checked stays tracked for another look.
+        A path `wanted` declines (asked just before its check) stays tracked, unchecked.
         """
         with self._lock:
             paths = sorted(self._seen)
         for path in paths:
+            if wanted is not None and not wanted(path):
+                continue
             moment = time.monotonic() if now is None else now
             with self._lock:
                 events = self._events.get(path)
@@ -110,9 +163,7 @@ class ReadinessTracker:
                 continue
             with self._lock:
                 if self._events.get(path) == events:
-                    self._seen.pop(path, None)
-                    self._events.pop(path, None)
-                    self._renamed.pop(path, None)
+                    self._forget(path)
             if verdict:
                 yield path
 

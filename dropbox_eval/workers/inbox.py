@@ -1,4 +1,12 @@
-"""InboxWorker: ready files -> intake (read, check, record, receipt), several at a time."""
+"""InboxWorker: ready files -> intake (read, check, record, receipt), several at a time.
+
+Ready files wait in a line per client (its inbox folder; the files at the top of the inbox
+share one), served in weighted turns (util/roundrobin.py, the forge scheduler's rule and
+`SAAS_EVAL_CLIENT_WEIGHTS`), and a file is handed to the pool only when a worker is free:
+so one client's backlog delays another client's next drop by at most one turn per client.
+At most `SAAS_EVAL_INBOX_CLIENT_BACKLOG` files of one client are tracked at once; the rest
+stay on disk, looked for again by a rescan once that client is down to half of it.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ from ..inbox import Inbox, ReadinessTracker, is_candidate_name
 from ..inbox.mounts import choose_polling
 from ..inbox.watcher import InboxWatcher
 from ..util.keyedpool import KeyedPool
+from ..util.roundrobin import RoundRobin
 from .guard import FAST_TICK_SECONDS, POOL_SIZE, TICK_SECONDS, Report, guarded
 
 if TYPE_CHECKING:
@@ -45,7 +54,19 @@ class InboxWorker:
         self.choice = polling
         self.polling, self.polling_note = choose_polling(polling, inbox.root)
         self.wake = wake or threading.Event()
-        self.tracker = ReadinessTracker(settings.quiet_period)
+        self.tracker = ReadinessTracker(
+            settings.quiet_period,
+            group_of=self.client_of,
+            per_group=settings.inbox_client_backlog,
+        )
+        weights = settings.weights
+        # a few ready files per client are enough to keep every worker busy
+        self.ready_files: RoundRobin[Path] = RoundRobin(
+            lambda client: weights.get(client, 1), bound=POOL_SIZE
+        )
+        self._queued: set[Path] = set()
+        self._running = 0  # files handed to the pool and not done yet
+        self._lock = threading.Lock()
         self.pool = KeyedPool(POOL_SIZE, "inbox")
         self.watcher = InboxWatcher(
             inbox.root,
@@ -67,7 +88,7 @@ class InboxWorker:
                         next_scan = time.monotonic() + self.settings.rescan_interval
                     if self.inbox.paused() is None:  # paused: files wait, still tracked
                         self.take_ready()
-                self.wake.wait(FAST_TICK_SECONDS if self.tracker.pending() else TICK_SECONDS)
+                self.wake.wait(FAST_TICK_SECONDS if self.pending() else TICK_SECONDS)
                 self.wake.clear()
         finally:
             self.watcher.stop()
@@ -98,6 +119,21 @@ class InboxWorker:
                 log.info("inbox %s is on a local filesystem now: %s", self.inbox.root, how)
         return self.polling
 
+    def client_of(self, path: Path) -> str:
+        """The line a file waits in: its client folder; "" for the top of the inbox."""
+        try:
+            return self.inbox.client_folder(path) or ""
+        except ValueError:  # not below the inbox: no candidate ever is
+            return ""
+
+    def pending(self) -> int:
+        """Files tracked, waiting for a worker or being taken (and 1 while a client's
+        files beyond its backlog wait on disk for a rescan)."""
+        with self._lock:
+            running = self._running
+        overflow = 1 if self.tracker.overflowed() else 0
+        return self.tracker.pending() + len(self.ready_files) + running + overflow
+
     def offer(self, path: Path, *, renamed: bool = False) -> None:
         """Called from the observer thread for every event path: keep candidates only.
 
@@ -117,18 +153,46 @@ class InboxWorker:
             self.tracker.touch(path)
 
     def take_ready(self) -> list[Future[Any]]:
-        """Hand each ready file not already being taken to the pool."""
+        """Line up the ready files by client, and hand the next ones by the turns to the
+        pool, one per free worker (called from one thread: the worker's, or `--once`)."""
+        if self.tracker.refill_due():
+            self.rescan()
+        for path in self.tracker.ready(wanted=self._has_room):
+            if path in self._queued:  # changed while waiting (a re-upload): look again later
+                self.tracker.touch(path)
+            else:
+                self.ready_files.push(self.client_of(path), path)
+                self._queued.add(path)
         started = []
-        for path in self.tracker.ready():
+        while self.ready_files and self._free():
+            _client, path = self.ready_files.pop()
+            self._queued.discard(path)
             future = self.pool.submit([str(path)], self._take, path)
             if future is None:  # changed while being taken (a re-upload): look again later
+                self._done()
                 self.tracker.touch(path)
                 continue
             started.append(future)
         return started
 
+    def _has_room(self, path: Path) -> bool:
+        return not self.ready_files.full(self.client_of(path))
+
+    def _free(self) -> bool:
+        """Whether a worker is free, counting it as taken when it is."""
+        with self._lock:
+            if self._running >= POOL_SIZE:
+                return False
+            self._running += 1
+            return True
+
+    def _done(self) -> None:
+        with self._lock:
+            self._running -= 1
+
     def _take(self, path: Path) -> None:
         try:
             guarded(f"file {path}", self.report, self.inbox.process, path)
         finally:
+            self._done()
             self.wake.set()
