@@ -146,8 +146,8 @@ class Intake(UsesForge):
             task_count=batch.total,
             held=batch.cost if running else 0,
             issues=[
-                IssueNumber(task_id=t.task_id, issue_number=t.issue_number)
-                for t in self.store.get_tasks(batch_id)
+                IssueNumber(task_id=task_id, issue_number=number)
+                for task_id, number in self.store.issue_numbers(batch_id).items()
             ],
             failure=batch.failure,
             duplicate=duplicate,

@@ -114,8 +114,7 @@ class Archiving(_Base):
                 os.replace(live, target)
                 crashpoints.wrote(f"archived {live.name}")
         unlink_quietly(self.leases_dir / f"{batch_id}.lock")
-        with self._cache_lock:
-            self._cache.pop(batch_id, None)
+        self.parsed_tasks.forget(batch_id)
 
 
 def _count(table: dict[str, Any], batch: BatchRecord) -> None:

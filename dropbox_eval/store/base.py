@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import threading
 import time
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +15,13 @@ from filelock import FileLock, Timeout
 from tinydb import TinyDB
 
 from ..errors import NoState, StoreError, storage_error, storage_errors
-from ..models import TaskRecord
 from ..util.locks import SharedLock
 from .archive import Archive
 from .files import AtomicJSONStorage, ParsedFile, unlink_quietly
 from .rows import Row
 from .secrecy import private_folder
-from .tasks import Signature, TaskFiles
+from .taskcache import ParsedTasks
+from .tasks import TaskFiles
 
 STALE_TEMP_SECONDS = 300
 RECORD_STRIPES = 64  # locks over the batches' own files: a batch's is the crc32 of its id
@@ -49,8 +47,7 @@ class StoreBase:
         self._record_locks = [
             SharedLock(self.record_locks_dir / f"{n:02d}.lock") for n in range(RECORD_STRIPES)
         ]
-        self._cache: OrderedDict[str, tuple[Signature, list[TaskRecord]]] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self.parsed_tasks = ParsedTasks(self.tasks)
         if read_only:
             if not self.batches_dir.is_dir():
                 raise NoState(f"no state folder at {state_dir}")

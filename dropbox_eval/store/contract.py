@@ -135,6 +135,11 @@ class Store(Protocol):
         """Every task of the batch (the caller must not change them in place)."""
         ...
 
+    def issue_numbers(self, batch_id: str) -> dict[str, int | None]:
+        """task_id -> the issue number recorded so far (None: none yet), in task order;
+        its cost follows what changed since the last read, not the batch's size."""
+        ...
+
     def update_batch(
         self,
         batch_id: str,

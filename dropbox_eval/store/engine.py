@@ -20,11 +20,9 @@ from .contract import SUMMARY_FIELDS
 from .files import read_table, write_table
 from .listing import BatchListing
 from .rows import dump, encode, insert, summary_row
-from .tasks import Signature
 from .transaction import PendingChanges
 
 LEASE_WAIT = 10.0  # seconds a store-lock holder waits for a new batch's lease
-CACHED_TASKS = 20_000  # parsed tasks kept while their files are unchanged (memory-bounded)
 _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-beside")
 
 
@@ -147,28 +145,17 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
         raise StoreError(f"{path} has no batch row")
 
     def get_tasks(self, batch_id: str) -> list[TaskRecord]:
-        """Every task of the batch in file order; tasks whose files did not change since
-        the last read come from memory (the caller must not change them in place)."""
-        signature = self.tasks.signature(batch_id) if is_valid_id(batch_id) else None
-        if signature is None:
+        """Every task of the batch in file order; parsed again only when its base file
+        changed, else brought up to date by the journal's new lines (taskcache.py). The
+        caller must not change them in place."""
+        tasks = self.parsed_tasks.get(batch_id) if is_valid_id(batch_id) else None
+        if tasks is None:
             raise NotFoundError(f"no batch {batch_id!r}")
-        with self._cache_lock:
-            cached = self._cache.get(batch_id)
-            if cached is not None and cached[0] == signature:
-                self._cache.move_to_end(batch_id)
-                return list(cached[1])
-        tasks = [TaskRecord.model_validate(r) for r in self.tasks.read(batch_id)]
-        self._remember(batch_id, signature, tasks)
-        return list(tasks)
+        return tasks
 
-    def _remember(self, batch_id: str, signature: Signature, tasks: list[TaskRecord]) -> None:
-        with self._cache_lock:
-            self._cache[batch_id] = (signature, tasks)
-            self._cache.move_to_end(batch_id)
-            while sum(len(t) for _, t in self._cache.values()) > CACHED_TASKS:
-                if len(self._cache) == 1:
-                    break
-                self._cache.popitem(last=False)
+    def issue_numbers(self, batch_id: str) -> dict[str, int | None]:
+        """task_id -> the issue number recorded so far (None: none yet), in file order."""
+        return {task.task_id: task.issue_number for task in self.get_tasks(batch_id)}
 
     def update_tasks(self, batch_id: str, changes: dict[str, dict[str, Any]]) -> None:
         """Record per-task field changes keyed by task_id: one appended line, whatever the

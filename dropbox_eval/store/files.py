@@ -106,9 +106,15 @@ def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """Every whole line of a JSON-lines file, oldest first."""
     try:
-        lines = path.read_bytes().split(b"\n")  # not splitlines(): U+2028 is no line end
+        raw = path.read_bytes()
     except FileNotFoundError:
         return []
+    return parse_lines(raw)
+
+
+def parse_lines(raw: bytes) -> list[dict[str, Any]]:
+    """The whole JSON lines of `raw`, in order; a line a crash cut short is skipped."""
+    lines = raw.split(b"\n")  # not splitlines(): U+2028 is no line end
     return [doc for doc in map(_parse, lines) if doc is not None]
 
 

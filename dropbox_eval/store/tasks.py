@@ -5,21 +5,37 @@ fsynced), so a write costs the change, not the batch's size. Reading replays the
 over the base; when the journal outgrows the base it is folded in (compaction). Replaying a
 journal over a base that already holds it gives the same tasks (each line sets absolute
 field values), so a crash in the middle of a compaction loses nothing.
+
+A reader that keeps what it read (taskcache.py) keeps its `Position` too: while the base
+is the same file, only the journal's lines after that position are new, so bringing the
+tasks up to date costs the change, whichever process wrote it.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..util import crashpoints
-from .files import append_lines, read_lines, read_table, unlink_quietly, write_table
+from .files import append_lines, parse_lines, read_lines, read_table, unlink_quietly, write_table
 
 Changes = dict[str, dict[str, Any]]
-Signature = tuple[int, int, int, int, int, int]
+Identity = tuple[int, int, int]  # inode, size, mtime of a file: what a rewrite changes
 TABLE = "tasks"
 MIN_COMPACT_BYTES = 64 * 1024
+READ_ATTEMPTS = 3  # a compaction between reading the base and its journal: read again
+
+
+@dataclass(frozen=True)
+class Position:
+    """How far a reader got: the base it read, and the journal (its inode, 0 for none)
+    replayed up to `offset` bytes."""
+
+    base: Identity
+    journal: int = 0
+    offset: int = 0
 
 
 class TaskFiles:
@@ -46,32 +62,42 @@ class TaskFiles:
         """Write a new batch's tasks (one write for all)."""
         write_table(self.live / f"{batch_id}.json", TABLE, docs)
 
-    def signature(self, batch_id: str) -> Signature | None:
-        """What changes whenever the tasks do (for caches); None when there are none."""
-        base = self.base(batch_id)
-        try:
-            first = os.stat(base)
-        except FileNotFoundError:
-            return None
-        try:
-            second = os.stat(self.journal(base))
-            extra = (second.st_ino, second.st_size, second.st_mtime_ns)
-        except FileNotFoundError:
-            extra = (0, 0, 0)
-        return (first.st_ino, first.st_size, first.st_mtime_ns, *extra)
-
     def read(self, batch_id: str) -> list[dict[str, Any]]:
         """The tasks as they are now: the base with the journal replayed."""
         base = self.base(batch_id)
         docs = read_table(base, TABLE)
-        changes = read_lines(self.journal(base))
-        if changes:
-            by_id = {doc["task_id"]: doc for doc in docs}
-            for change in changes:
-                for task_id, fields in change.items():
-                    if task_id in by_id:
-                        by_id[task_id].update(fields)
+        replay(docs, read_lines(self.journal(base)))
         return docs
+
+    def read_at(self, batch_id: str) -> tuple[list[dict[str, Any]], Position] | None:
+        """The tasks as they are now and the position they were read at; None when the
+        batch has no tasks file. The base and its journal are read as one state: a
+        compaction in between (the base replaced) makes the read start again."""
+        for _ in range(READ_ATTEMPTS):
+            base = self.base(batch_id)
+            before = _identity(base)
+            if before is None:
+                return None
+            docs = read_table(base, TABLE)
+            found = _new_lines(self.journal(base), Position(before))
+            if found is not None and _identity(base) == before:
+                replay(docs, found[0])
+                return docs, found[1]
+        return self.read(batch_id), Position((0, 0, 0))  # never matches: read again next time
+
+    def changes_after(
+        self, batch_id: str, position: Position
+    ) -> tuple[list[Changes], Position] | None:
+        """The journal lines written since `position`, and the position after them; None
+        when the base is no longer the one read there (compacted, or gone): the tasks
+        must then be read whole."""
+        base = self.base(batch_id)
+        if _identity(base) != position.base:
+            return None
+        found = _new_lines(self.journal(base), position)
+        if found is None or _identity(base) != position.base:
+            return None  # compacted while the journal was read
+        return found
 
     def append(self, batch_id: str, changes: Changes) -> None:
         """Journal the changed tasks; fold the journal in once it outgrows the base.
@@ -101,3 +127,44 @@ class TaskFiles:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(live, target)
         crashpoints.wrote(f"archived {live.name}")
+
+
+def replay(docs: list[dict[str, Any]], changes: list[Changes]) -> None:
+    """Apply journal lines, oldest first, to the tasks they name (in place)."""
+    if changes:
+        by_id = {doc["task_id"]: doc for doc in docs}
+        for change in changes:
+            for task_id, fields in change.items():
+                if task_id in by_id:
+                    by_id[task_id].update(fields)
+
+
+def _identity(path: Path) -> Identity | None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _new_lines(journal: Path, since: Position) -> tuple[list[Changes], Position] | None:
+    """The whole lines of the journal after `since`, and the position after them; None
+    when the journal is another file than the one read there (or shorter: rewritten).
+    A last line without its newline counts once it parses (a crash cut the newline, which
+    the next append writes); one still being written does not parse and waits."""
+    try:
+        handle = journal.open("rb")
+    except FileNotFoundError:
+        return ([], since) if since.journal == 0 else None
+    with handle:
+        info = os.fstat(handle.fileno())
+        if since.journal not in (0, info.st_ino) or info.st_size < since.offset:
+            return None
+        handle.seek(since.offset)
+        raw = handle.read()
+    end = raw.rfind(b"\n") + 1
+    changes = parse_lines(raw[:end])
+    rest = parse_lines(raw[end:])
+    if rest:
+        changes, end = changes + rest, len(raw)
+    return changes, Position(since.base, info.st_ino, since.offset + end)

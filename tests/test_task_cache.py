@@ -1,0 +1,124 @@
+"""Reading a batch's tasks costs what changed since the last read, not the batch's size:
+the parsed tasks are brought up to date by the journal's new lines, whoever wrote them,
+and parsed whole again only when the base file is replaced (a compaction)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import tasks
+
+from dropbox_eval.forge.markers import opened
+from dropbox_eval.models import TaskRecord, TaskSpec, TaskStatus, utcnow
+from dropbox_eval.store import files
+from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.rows import dump
+
+BATCH = "b1"
+TASKS = 400
+
+
+@pytest.fixture
+def base_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every read of a base tasks file (a parse of the whole batch), in order."""
+    seen: list[Path] = []
+    real = files.read_table
+
+    def counted(path: Path, table: str) -> list[dict[str, object]]:
+        seen.append(path)
+        return real(path, table)
+
+    monkeypatch.setattr("dropbox_eval.store.tasks.read_table", counted)
+    return seen
+
+
+def _new_batch(state: Path) -> TinyDBStore:
+    store = TinyDBStore(state)
+    now = utcnow()
+    records = [
+        TaskRecord(
+            task_id=spec["task_id"],
+            batch_id=BATCH,
+            repo="o/r",
+            payload=TaskSpec.model_validate(spec),
+            created_at=now,
+        )
+        for spec in tasks(TASKS)
+    ]
+    store.tasks.create(BATCH, [dump(t) for t in records])
+    return store
+
+
+def _as_read_afresh(state: Path) -> list[TaskRecord]:
+    return TinyDBStore(state).get_tasks(BATCH)
+
+
+def test_recording_issue_numbers_in_flushes_parses_the_batch_once(
+    tmp_path: Path, base_reads: list[Path]
+) -> None:
+    store = _new_batch(tmp_path)
+    other = TinyDBStore(tmp_path)  # another process (the CLI) writing the same batch
+    assert len(store.get_tasks(BATCH)) == TASKS
+    for flush in range(20):  # the opener records what it created every few seconds
+        first = flush * 20
+        store.update_tasks(
+            BATCH, {f"t{n}": opened(n, f"http://f/{n}") for n in range(first + 1, first + 21)}
+        )
+        if flush % 5 == 4:
+            other.update_tasks(BATCH, {f"t{first + 1}": {"status": TaskStatus.MISSING}})
+        for _ in range(3):  # the opener, the receipt and a poll read meanwhile
+            read = store.get_tasks(BATCH)
+        assert read[first + 19].issue_number == first + 20
+        assert read[first].status == (TaskStatus.MISSING if flush % 5 == 4 else TaskStatus.OPEN)
+    assert len(base_reads) == 1  # one parse for 20 flushes and 4 writes of another process
+    numbers = store.issue_numbers(BATCH)
+    assert len(base_reads) == 1
+    assert list(numbers.items())[398:] == [("t399", 399), ("t400", 400)]  # the batch's order
+    assert store.get_tasks(BATCH) == _as_read_afresh(tmp_path)
+
+    with other.record_locked(BATCH):
+        other.tasks.compact(BATCH)  # the base is replaced: read whole once more
+    reads = len(base_reads)
+    assert store.get_tasks(BATCH) == _as_read_afresh(tmp_path)
+    assert len(base_reads) == reads + 2  # this reader's parse, and the fresh one compared
+
+
+def test_a_line_cut_short_or_still_being_written_is_read_like_a_whole_replay(
+    tmp_path: Path,
+) -> None:
+    store = _new_batch(tmp_path)
+    journal = tmp_path / "tasks" / f"{BATCH}.journal"
+
+    def numbers() -> list[int | None]:
+        return list(store.issue_numbers(BATCH).values())[:6]
+
+    store.update_tasks(BATCH, {"t1": opened(1, "http://f/1")})
+    assert numbers() == [1, None, None, None, None, None]
+    with journal.open("ab") as handle:  # an append in flight, or one a crash cut short
+        handle.write(b'{"t2":{"issue_number":2')
+    assert numbers() == [1, None, None, None, None, None]
+    TinyDBStore(tmp_path).update_tasks(BATCH, {"t3": opened(3, "http://f/3")})
+    assert numbers() == [1, None, 3, None, None, None]
+    with journal.open("ab") as handle:  # a whole line whose newline a crash cut
+        handle.write(b'{"t4":{"issue_number":4}}')
+    assert numbers() == [1, None, 3, 4, None, None]
+    store.update_tasks(BATCH, {"t4": {"issue_number": 40}, "t5": opened(5, "http://f/5")})
+    assert numbers() == [1, None, 3, 40, 5, None]
+    assert store.get_tasks(BATCH) == _as_read_afresh(tmp_path)
+
+
+def test_readers_at_once_share_one_parse(tmp_path: Path, base_reads: list[Path]) -> None:
+    store = _new_batch(tmp_path)
+    together = threading.Barrier(3)
+
+    def read(_: int) -> list[TaskRecord]:  # the opener, the receipt and a poll
+        together.wait()
+        return store.get_tasks(BATCH)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first, *others = pool.map(read, range(3))
+    assert len(base_reads) == 1
+    assert len(first) == TASKS and all(other == first for other in others)
