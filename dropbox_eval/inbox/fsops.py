@@ -10,7 +10,7 @@ import stat
 from typing import Any
 
 from ..util import crashpoints
-from ..util.fileio import SHARED_MODE, temp_name, write_at
+from ..util.fileio import SHARED_MODE, hidden_name, write_at
 
 NAME_MAX = 255
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -62,7 +62,7 @@ def outcome_name(name: str, suffix: str, counter: int = 0) -> str:
     stem, ext = os.path.splitext(name)
     tag = f".{counter}" if counter else ""
     candidate = f"{stem}{tag}{ext}"
-    budget = NAME_MAX - len(temp_name(suffix).encode()) - 1  # `.{target}{suffix}.tmp`
+    budget = NAME_MAX - len(hidden_name(suffix).encode()) - 1  # `.{target}{suffix}.tmp`
     if len(os.fsencode(candidate)) <= budget:  # the bytes the file system stores
         return candidate
     digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]

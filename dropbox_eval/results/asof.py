@@ -91,11 +91,9 @@ def as_of(
         update={
             "state": "closed",
             "labels": sorted(labels),  # the forge lists an issue's labels by name
-            "closed_at": closes[-1] if closes else None,
+            "closed_at": closes[-1] if closes else issue.closed_at,
         }
     )
-    if not closes:
-        then = then.model_copy(update={"closed_at": issue.closed_at})
     return AsOf(then, before, last)
 
 

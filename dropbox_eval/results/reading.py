@@ -92,32 +92,47 @@ class ResultReader(UsesForge):
         assert task.settling is not None
         try:
             issue = self.gitea.get_issue(repo, task.issue_number or 0)
-            reading = self._read(repo, issue, task.settling)
         except ForgeNotFound:
             return gone("the issue was deleted")
-        if issue.state != "closed" and not reading.settled:
-            return {"settling": None}
-        return settled(snapshot_of(reading, listing_key(issue)))
+        reopened = issue.state != "closed"
+        change = self._decide(
+            repo,
+            issue,
+            task.settling,
+            listing_key(issue),
+            lambda snapshot: {"settling": None} if reopened else settled(snapshot),
+        )
+        assert change is not None
+        return change
 
     def settle(self, repo: str, issue: ForgeIssue, known: Settling) -> dict[str, Any]:
         """Read a closed issue the listing calls settled: its result as of the settle
         moment, or `settling` again when the timeline shows a change the listing could not
         (an edit) that has not settled yet; `missing` when the issue was deleted."""
+        change = self._decide(repo, issue, known, known.seen, lambda s: {"settling": s})
+        assert change is not None
+        return change
+
+    def _reopened(self, repo: str, task: TaskRecord, issue: ForgeIssue) -> dict[str, Any] | None:
+        back = None if task.settling is None else {"settling": None}
+        return self._decide(repo, issue, task.settling, listing_key(issue), lambda _s: back)
+
+    def _decide(
+        self,
+        repo: str,
+        issue: ForgeIssue,
+        known: Settling | None,
+        seen: str,
+        unsettled: Callable[[Settling], dict[str, Any] | None],
+    ) -> dict[str, Any] | None:
+        """Read an issue: its result as of the settle moment when it settled (`missing`
+        when it was deleted), else what `unsettled` makes of the reading."""
         try:
             reading = self._read(repo, issue, known)
         except ForgeNotFound:
             return gone("the issue was deleted")
-        snapshot = snapshot_of(reading, known.seen)
-        return settled(snapshot) if reading.settled else {"settling": snapshot}
-
-    def _reopened(self, repo: str, task: TaskRecord, issue: ForgeIssue) -> dict[str, Any] | None:
-        try:
-            reading = self._read(repo, issue, task.settling)
-        except ForgeNotFound:
-            return gone("the issue was deleted")
-        if reading.settled:
-            return settled(snapshot_of(reading, listing_key(issue)))
-        return None if task.settling is None else {"settling": None}
+        snapshot = snapshot_of(reading, seen)
+        return settled(snapshot) if reading.settled else unsettled(snapshot)
 
     def _may_have_settled(
         self, task: TaskRecord, issue: ForgeIssue, since: datetime | None

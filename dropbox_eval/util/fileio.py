@@ -34,11 +34,6 @@ def hidden_name(name: str, *, tag: str = "", unique: bool = False) -> str:
     return f".{tag}{random}{name}.tmp"
 
 
-def temp_name(name: str) -> str:
-    """The deterministic hidden name of `name` (5 bytes longer)."""
-    return hidden_name(name)
-
-
 def rename_into_place(folder_fd: int, hidden: str, name: str) -> None:
     """The last step of every write, once the hidden file's bytes are on disk (fsynced):
     rename it over `name` and fsync the folder, so readers see the old or the new file."""
@@ -63,7 +58,7 @@ def write_at(
     `where` is the file's path for an error message and storage.py (a descriptor does not
     tell it).
     """
-    tmp = tmp or temp_name(name)
+    tmp = tmp or hidden_name(name)
     watched = storage.wrote(where.parent) if where else contextlib.nullcontext()
     with watched, storage_errors(where or name):
         fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=folder_fd)

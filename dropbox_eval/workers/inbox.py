@@ -164,7 +164,7 @@ class InboxWorker:
                 self.ready_files.push(self.client_of(path), path)
                 self._queued.add(path)
         started = []
-        while self.ready_files and self._free():
+        while self.ready_files and self._claim_worker():
             _client, path = self.ready_files.pop()
             self._queued.discard(path)
             future = self.pool.submit([str(path)], self._take, path)
@@ -178,8 +178,8 @@ class InboxWorker:
     def _has_room(self, path: Path) -> bool:
         return not self.ready_files.full(self.client_of(path))
 
-    def _free(self) -> bool:
-        """Whether a worker is free, counting it as taken when it is."""
+    def _claim_worker(self) -> bool:
+        """Take a free worker's place for the next file; False when none is free."""
         with self._lock:
             if self._running >= POOL_SIZE:
                 return False
