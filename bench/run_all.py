@@ -27,7 +27,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "latency": ([], ["--drops", "5", "--closes", "5", "--push-drops", "3"]),
     "isolation": ([], ["--drops", "8"]),
     "metrics": ([], ["--large", "200"]),
-    "sftp": ([], ["--drops", "5"]),
+    "sftp": ([], ["--drops", "5", "--uploads", "100", "--rounds", "1", "--listing", "200"]),
     "bounds": ([], ["--seconds", "2", "--uploads", "100"]),
     "sandbox": ([], ["--large", "1000", "--samples", "50"]),
     "search": ([], ["--large", "300", "--samples", "50"]),

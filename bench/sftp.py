@@ -14,16 +14,22 @@ issue creations.
 - OpenSSH, rename: the same server, `put bN.json bN.json.part` then `rename` (the client
   uses posix-rename@openssh.com, a real rename(2)), read at once.
 
-    python bench/sftp.py [--drops 20] [--tasks 10] [--json]
+Two more parts run in the same call (issue 31):
+
+- uploads: 500 small files and one 20 MB file through the built-in endpoint against
+  OpenSSH's sshd + sftp-server over the same SSH transport (_sftp_uploads.py);
+- listing: another client's `stat` while a client with 2,000 batches lists `reports/`,
+  against the same `stat` when quiet (_sftp_listing.py).
+
+    python bench/sftp.py [--drops 20] [--tasks 10] [--uploads 500] [--big-mb 20]
+        [--rounds 3] [--listing 2000] [--listings 10] [--only drops,uploads,listing] [--json]
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,13 +37,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from _common import BenchResult, command_line, emit, make_tasks, parser, percentile, settings_for
+from _sftp_listing import listing_figures
+from _sftp_servers import SFTP_SERVER, client_argv, keygen
+from _sftp_servers import builtin_endpoint as endpoint_process
+from _sftp_uploads import upload_figures
 
 from dropbox_eval.app import build_app, service_for
 from dropbox_eval.config import Settings
 from dropbox_eval.sandbox import SandboxForge
-from dropbox_eval.sftp.keys import KeyStore
 
-SFTP_SERVER = "/usr/lib/openssh/sftp-server"
+PARTS = ("drops", "uploads", "listing")
 TARGET_P50_MS = 100.0
 TARGET_RATIO = 0.5
 WAIT_LIMIT = 30.0
@@ -85,43 +94,13 @@ def batch_session(argv: list[str], cwd: Path) -> Iterator[Callable[[str], None]]
 @contextlib.contextmanager
 def builtin_endpoint(settings: Settings, source: Path) -> Iterator[Send]:
     """`dropbox-eval sftp` on the bench home, and an OpenSSH client logged in as `bench`."""
-    key = source / "bench-key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    KeyStore(settings.state_path).add("bench", key.with_suffix(".pub").read_text())
-    env = {**os.environ, "SAAS_EVAL_HOME": str(settings.home)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dropbox_eval", "sftp", "--host", "127.0.0.1", "--port", "0"],
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert server.stdout is not None
-    port = server.stdout.readline().rsplit(":", 1)[-1].strip()
-    argv = [
-        "sftp",
-        "-F",
-        "/dev/null",
-        "-o",
-        "StrictHostKeyChecking=no",
-        "-o",
-        "UserKnownHostsFile=/dev/null",
-        "-o",
-        "IdentitiesOnly=yes",
-        "-o",
-        "BatchMode=yes",
-        "-i",
-        str(key),
-        "-P",
-        port,
-        "bench@127.0.0.1",
-    ]
-    try:
+    key = keygen(source / "bench-key")
+    with endpoint_process(settings.home, {"bench": key}) as server:
+        argv = client_argv(server.port, key, "bench")
+        argv.remove("-b")
+        argv.remove("-")
         with batch_session(argv, source) as send:
             yield lambda index: send(f"put b{index}.json\n")
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
 
 
 @contextlib.contextmanager
@@ -191,9 +170,29 @@ def main() -> None:
     args_parser = parser(__doc__ or "")
     args_parser.add_argument("--drops", type=int, default=20)
     args_parser.add_argument("--tasks", type=int, default=10)
+    args_parser.add_argument("--uploads", type=int, default=500)
+    args_parser.add_argument("--big-mb", type=int, default=20)
+    args_parser.add_argument("--rounds", type=int, default=3)
+    args_parser.add_argument("--listing", type=int, default=2000)
+    args_parser.add_argument("--listings", type=int, default=10)
+    args_parser.add_argument("--only", default=",".join(PARTS), help="parts to run")
     args = args_parser.parse_args()
+    parts = args.only.split(",")
     started = time.perf_counter()
     result = BenchResult("sftp", command_line())
+    if "drops" in parts:
+        drop_figures(result, args.drops, args.tasks)
+    if "uploads" in parts:
+        upload_figures(result, args.uploads, args.big_mb, args.rounds)
+    if "listing" in parts:
+        listing_figures(result, args.listing, args.listings)
+    result.seconds = time.perf_counter() - started
+    emit(result, args.json)
+
+
+def drop_figures(result: BenchResult, drops: int, tasks: int) -> None:
+    """Put -> issues exist, built-in endpoint against OpenSSH's sftp-server (in place and
+    with a rename)."""
     labels = {
         "builtin": "built-in endpoint, put",
         "inplace": "OpenSSH sftp-server, in-place put (baseline)",
@@ -202,7 +201,7 @@ def main() -> None:
     p50: dict[str, float] = {}
     with SandboxForge(port=0) as forge:
         for variant, label in labels.items():
-            timings = measure(forge, variant, args.drops, args.tasks)
+            timings = measure(forge, variant, drops, tasks)
             p50[variant] = percentile(timings, 50) * 1000
             note = (
                 f"p95 {percentile(timings, 95) * 1000:.0f} ms, min "
@@ -234,14 +233,12 @@ def main() -> None:
         "",
         note="context: the same rename into place, done by the client",
     )
-    result.info["setup"] = (
-        f"{args.drops} drops (+1 warm-up) of {args.tasks}-task batches per "
+    result.info["drops setup"] = (
+        f"{drops} drops (+1 warm-up) of {tasks}-task batches per "
         "variant; OpenSSH sftp client in one batch session per variant; "
         "Service.run in a thread (inotify, quiet_period 1 s); in-process "
         "SandboxForge; built-in endpoint in a subprocess over loopback TCP"
     )
-    result.seconds = time.perf_counter() - started
-    emit(result, args.json)
 
 
 if __name__ == "__main__":

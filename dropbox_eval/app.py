@@ -43,6 +43,7 @@ from .workers.guard import Report
 from .workers.inbox import InboxWorker
 from .workers.opening import OpenWorker
 from .workers.polling import ForgeWorker, PollingStages
+from .workers.retention import PruneSchedule, service_retention
 from .workers.status import StatusFile, now_text
 from .workers.supervisor import Supervisor
 from .workers.wakes import Wakes
@@ -166,6 +167,9 @@ def build_service(
         status,
         running.wakes,
     )
+    if settings.retention_days > 0:  # SAAS_EVAL_RETENTION_DAYS: a prune once a day
+        prune = service_retention(app.store, app.billing, settings)
+        PruneSchedule(prune.prune, running.alarm, running.stop, status.report).start()
     return app, Service(settings, app.store, app.gitea, app.pause, app.statecheck, workers)
 
 
@@ -227,11 +231,12 @@ def _build(
     it uses. Forge calls and callbacks are tried once per visit: the durable schedule of
     each batch decides the next visit (attempts.py), so no worker ever sleeps on a retry."""
     check_state_path(settings)
-    new_state = not has_state(settings.state_path)  # an empty mount point counts as new
+    new_state = not has_state(settings.state_path, settings.database_url)  # empty: new
     if new_state and not create:
         raise no_state(settings)
-    make_state_private(settings.state_path)  # an install from before: 0700 / 0600, logged
-    store = open_store(settings.state_path)
+    # an install from before: 0700 / 0600, logged; the service's start walks all of it
+    make_state_private(settings.state_path, everything=service is not None)
+    store = open_store(settings.state_path, database_url=settings.database_url)
     billing = Billing(store, settings.task_price)
     metrics = metrics or Metrics(settings.forge_timeout)
     gitea = _forge_client(settings, metrics) if with_forge else None

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
+from .util.envfile import read_env_file
 
 ENV_PREFIX = "SAAS_EVAL_"
 VerdictStatus = Literal["passed", "failed", "no_verdict"]
@@ -25,6 +27,7 @@ class Settings(BaseSettings):
     inbox: Path = Path("inbox")
     output_dir: Path = Path("outbox")
     state_dir: Path = Path("state")
+    database_url: str | None = None  # postgresql://...: the store on PostgreSQL
     gitea_url: str | None = None
     gitea_token: str | None = None
     gitea_token_file: Path | None = None
@@ -52,6 +55,8 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
     max_tasks: int = Field(default=10_000, gt=0)
     inbox_client_backlog: int = Field(default=1000, ge=1)  # files of one client tracked at once
+    api_client_backlog: int = Field(default=64, ge=1)  # API posts of one client held at once
+    api_backlog: int = Field(default=512, ge=1)  # API posts of every client held at once
     intake_concurrency: int = Field(default=4, ge=1, le=1024)  # the budget's starting point
     forge_max_inflight: int = Field(default=64, ge=1, le=1024)
     client_weights: str = ""  # `acme=3,beta=2`: turns per round at the forge (default 1)
@@ -60,6 +65,7 @@ class Settings(BaseSettings):
     completion_window: int = Field(default=86_400, ge=60)
     max_completion_window: int = Field(default=7 * 86_400, ge=60)
     callback_allow: str = ""
+    trusted_proxies: str = ""  # reverse proxies whose X-Forwarded-For is believed
     delivery_retry_base: float = Field(default=60.0, gt=0)
     delivery_max_attempts: int = Field(default=8, ge=1)
     forge_timeout: float = Field(default=30.0, gt=0)
@@ -77,6 +83,7 @@ class Settings(BaseSettings):
     sftp_max_client_open_files: int = Field(default=32, ge=1)
     client_quota_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     stale_upload_seconds: float = Field(default=86_400.0, gt=0)
+    retention_days: int = Field(default=0, ge=0)  # 0: keep ended batches (ops/retention.py)
 
     @field_validator("gitea_url")
     @classmethod
@@ -104,6 +111,26 @@ class Settings(BaseSettings):
                 raise ValueError(f"{ENV_PREFIX}{name.upper()}_FILE: {path} is empty")
             setattr(self, name, secret)
         return self
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// (unset: TinyDB in the state folder)")
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: str) -> str:
+        parse_networks(value)
+        return value
+
+    @property
+    def proxies(self) -> tuple[IPv4Network | IPv6Network, ...]:
+        """The networks of the reverse proxies whose X-Forwarded-For is believed."""
+        return parse_networks(self.trusted_proxies)
 
     @field_validator("client_weights")
     @classmethod
@@ -185,19 +212,54 @@ class Settings(BaseSettings):
         return owner
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Build settings from the environment plus non-None overrides; errors name the variable."""
+class FileSettings(Settings):
+    """Settings from an environment file and the command line alone: the shell's
+    `SAAS_EVAL_*` variables are not read, as the units that read the file never see them."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only what the constructor is given (the file's values, then the overrides)."""
+        return (init_settings,)
+
+
+def load_settings(env_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build settings from the environment (or, given `env_file`, from that file instead:
+    envfile.py) plus non-None overrides; errors name the variable."""
     given = {key: value for key, value in overrides.items() if value is not None}
+    where = f" (in {env_file})" if env_file else ""
     try:
-        return Settings(**given)
+        if env_file is None:
+            return Settings(**given)
+        return FileSettings(**(read_env_file(env_file, ENV_PREFIX) | given))
+    except OSError as exc:
+        raise ConfigError(f"--env-file: cannot read {env_file} ({exc.strerror or exc})") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         if not first["loc"]:  # a check across fields names its variable itself
-            raise ConfigError(str(first["msg"]).removeprefix("Value error, ")) from None
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"{message}{where}") from None
         field = str(first["loc"][0])
         raise ConfigError(
-            f"{ENV_PREFIX}{field.upper()}: {first['msg']} (got {first.get('input')!r})"
+            f"{ENV_PREFIX}{field.upper()}: {first['msg']} (got {first.get('input')!r}){where}"
         ) from None
+
+
+def parse_networks(text: str) -> tuple[IPv4Network | IPv6Network, ...]:
+    """`127.0.0.1, 10.0.0.0/8` -> networks; ValueError naming the one that is not."""
+    networks = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            networks.append(ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address or network") from None
+    return tuple(networks)
 
 
 def parse_weights(text: str) -> dict[str, int]:

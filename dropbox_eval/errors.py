@@ -11,12 +11,16 @@ Tree::
     |       +-- StorageFull    a folder's disk is full or over quota
     +-- NotFoundError          unknown batch or client id asked for by an operator
     +-- BatchRejected          a dropped batch cannot be accepted (reason code + details)
+    |   +-- ClientDisabled     the client is disabled: every door refuses new work (403)
     +-- ForgeError             anything the forge did wrong (forge.py is the boundary)
     |   +-- ForgeRetryable     timeouts, resets, 429, 5xx: try again later
     |   +-- ForgePermanent     4xx that retrying cannot fix
     |       +-- ForgeAuthError 401/403: token or permission problem
     |       +-- ForgeNotFound  404: repo or issue does not exist (deleted)
     +-- DeliveryError          a report could not be delivered (emitter.py is the boundary)
+    +-- Overloaded             a door holds as much waiting work as it may: try again later
+    |   +-- TooManyWaiting     the client's own share of it is full (429)
+    |   +-- DoorFull           every client's share together is full (503)
     +-- AlreadyRunning         another service instance holds the state folder
     +-- Conflict               the operation does not fit the batch's state
         +-- NotFinished        emit of a batch that is still running
@@ -24,6 +28,7 @@ Tree::
         +-- Busy               another process is creating the batch's issues
         +-- NotRetryable       retry of a batch that did not end failed or expired
         +-- AlreadyRetried     retry of a batch that has its retry already
+        +-- NotSettled         remove of a client with live batches or credits
 
 `answer_for` is the one table from an error to its HTTP status and CLI exit code;
 `error_document` is what the API answers and the CLI prints under `--json`;
@@ -148,6 +153,18 @@ class BatchRejected(DropboxEvalError):
         return {"ok": False, "reason": self.reason, "message": self.message, **self.details}
 
 
+class ClientDisabled(BatchRejected):
+    """The operator disabled the client (`clients disable`): a drop, an API request and an
+    SFTP login are refused with `client_disabled`; its running batches go on."""
+
+    def __init__(self, client_id: str) -> None:
+        super().__init__(
+            "client_disabled",
+            f"client {client_id!r} is disabled: no new work is taken; ask the operator",
+            client_id=client_id,
+        )
+
+
 class ForgeError(DropboxEvalError):
     """The forge answered with an error or could not be reached."""
 
@@ -181,6 +198,23 @@ class ForgeNotFound(ForgePermanent):
 
 class DeliveryError(DropboxEvalError):
     """A report could not be delivered to its callback URL."""
+
+
+class Overloaded(DropboxEvalError):
+    """A door (web/fairdoor.py) holds as much waiting work as it may; nothing was read or
+    kept: the same request may come again after `retry_after` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TooManyWaiting(Overloaded):
+    """The client has as much waiting at the door as one client may."""
+
+
+class DoorFull(Overloaded):
+    """The door holds as much waiting work as it may, all clients together."""
 
 
 class Conflict(DropboxEvalError):
@@ -223,6 +257,12 @@ class AlreadyRetried(Conflict):
     reason = "already_retried"
 
 
+class NotSettled(Conflict):
+    """A client is removed only when nothing of it is live and its balance is zero."""
+
+    reason = "not_settled"
+
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_RUNNING = 0, 1, 2, 3, 4, 5
 EXIT_NOT_RUNNING = 3  # `status` of a stopped service, as `systemctl status` says "inactive"
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
@@ -239,6 +279,7 @@ EXIT_CODES = {
 REJECTION_HTTP_STATUS = {
     "unfunded": 402,
     "unknown_client": 403,
+    "client_disabled": 403,
     "client_mismatch": 403,
     "too_large": 413,
     "use_retry": 409,
@@ -254,6 +295,8 @@ _ANSWERS: tuple[tuple[type[DropboxEvalError], int, int, str], ...] = (
     (AlreadyRunning, 409, EXIT_RUNNING, "already_running"),
     (ForgeError, 502, EXIT_FAILED, "forge_error"),
     (DeliveryError, 502, EXIT_FAILED, "delivery_failed"),
+    (TooManyWaiting, 429, EXIT_FAILED, "too_many_waiting"),
+    (DoorFull, 503, EXIT_FAILED, "door_full"),
     (StorageFull, 507, EXIT_FAILED, "storage_full"),
     (StorageUnavailable, 503, EXIT_FAILED, "storage_unavailable"),
     (StoreError, 500, EXIT_FAILED, "state_error"),

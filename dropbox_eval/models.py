@@ -8,15 +8,25 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from .util.names import is_reserved_client_id
+from .util.printable import BIDI_CLASS, bidi_reason
 from .util.timestamps import utcnow as utcnow
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_TEXT_PATTERN = f"^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f{BIDI_CLASS[1:-1]}]*$"
+"""Text's rule as the JSON Schemas publish it: no control, no bidi control (_check_text)."""
 
-LedgerKind = Literal["fund", "hold", "charge", "release"]
+LedgerKind = Literal["fund", "hold", "charge", "release", "write_off"]
 
 
 class BatchStatus(StrEnum):
@@ -76,6 +86,9 @@ def _check_id(value: str) -> str:
 def _check_text(value: str) -> str:
     if _CONTROL_RE.search(value):
         raise ValueError("must not contain NUL or control characters")
+    bidi = bidi_reason(value)  # printable.py: the one rule, file names' too
+    if bidi is not None:
+        raise ValueError(bidi)
     return value
 
 
@@ -99,7 +112,29 @@ def is_valid_client_id(value: str) -> bool:
 Text = Annotated[
     str,
     AfterValidator(_check_text),
-    Field(json_schema_extra={"pattern": "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*$"}),
+    Field(json_schema_extra={"pattern": _TEXT_PATTERN}),
+]
+
+
+METADATA_KEYS = 16  # as OpenAI's batches: 16 keys of 64 characters, values of 512
+MetadataKey = Annotated[
+    str,
+    AfterValidator(_check_text),
+    Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra={"not": {"pattern": "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]"}},
+    ),
+]
+MetadataValue = Annotated[Text, Field(max_length=512)]
+Metadata = Annotated[
+    dict[MetadataKey, MetadataValue],
+    Field(
+        max_length=METADATA_KEYS,
+        description="your own labels (a run id, a commit): at most 16 keys of at most 64 "
+        "characters, string values of at most 512; kept in the receipt, every view of the "
+        "batch and its report",
+    ),
 ]
 
 
@@ -163,6 +198,7 @@ class BatchFile(BaseModel):
         min_length=1,
         description="at most SAAS_EVAL_MAX_TASKS (10,000 by default), task_ids unique",
     )
+    metadata: Metadata | None = None
 
     @field_validator("completion_window")
     @classmethod
@@ -251,6 +287,11 @@ class TaskRecord(BaseModel):
     settling: Settling | None = None  # closed by the lane, not settled yet
 
 
+BATCH_WIDE_TASK_FIELDS = ("batch_id", "repo", "created_at")
+"""A task record's fields that hold the same value in every task of its batch (shared
+where tasks are kept by the thousand: util/compact.py)."""
+
+
 class BatchRecord(BaseModel):
     """One batch as stored (table `eval_batches` of the seed)."""
 
@@ -281,24 +322,55 @@ class BatchRecord(BaseModel):
     delivery_attempts: int = 0
     next_delivery_at: datetime | None = None
     last_delivery_error: str | None = None
-    report: dict[str, Any] | None = None
     attempts: int = 0  # forge visits that failed in a row (intake, polling, closing)
     last_error: str | None = None
     next_attempt_at: datetime | None = None
     failure: str | None = None  # why a `failed` batch failed, in the client's words
     retry_of: str | None = None  # the failed or expired batch this one retries
     retried_by: str | None = None  # the batch retrying this one (written before it exists)
+    metadata: dict[str, str] | None = None  # the client's labels (BatchFile.metadata)
+
+
+LEGACY_KEY_PREFIX = "ak_"
+"""A key issued before keys had ids is named by this and the start of its hash."""
+
+
+class ApiKey(BaseModel):
+    """One API key of a client: its id, the sha256 of the key (never the key), when it was
+    issued (None: before keys had ids) and last used (to the hour: keys.py)."""
+
+    key_id: str
+    sha256: str
+    created_at: datetime | None = None
+    last_used_at: datetime | None = None
 
 
 class Client(BaseModel):
-    """A paying client and its credit balance."""
+    """A paying client and its credit balance; `disabled_at`: new work is refused at every
+    door; `removed_at`: closed for good (the row and the ledger stay, secrets are gone)."""
 
     client_id: str
     balance: int = 0
     held: int = 0
     created_at: datetime
     webhook_secret: str | None = None
-    api_key_hashes: list[str] = Field(default_factory=list)
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    disabled_at: datetime | None = None
+    removed_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_key_hashes(cls, data: Any) -> Any:
+        """A client stored before keys had ids lists bare hashes (`api_key_hashes`): each
+        becomes a key whose id is made of its hash, the same at every read."""
+        if not isinstance(data, dict) or not data.get("api_key_hashes"):
+            return data
+        keys = list(data.get("api_keys") or [])
+        known = {k["sha256"] if isinstance(k, dict) else k.sha256 for k in keys}
+        for digest in data["api_key_hashes"]:
+            if digest not in known:
+                keys.append({"key_id": f"{LEGACY_KEY_PREFIX}{digest[:12]}", "sha256": digest})
+        return {**data, "api_keys": keys}
 
     @property
     def available(self) -> int:
@@ -348,3 +420,4 @@ class Report(BaseModel):
     charged: int | None = None
     failure: str | None = None
     retry_of: str | None = None  # only present in a retry's report
+    metadata: dict[str, str] | None = None  # only present when the batch has some

@@ -15,6 +15,7 @@ from filelock import FileLock, Timeout
 
 from .errors import EXIT_FAILED, EXIT_OK, DropboxEvalError
 from .forge.client import GiteaClient, require_client
+from .ops.sameconfig import published
 from .results.webhooks import register_hook
 from .store.servicestate import already_running
 from .util.names import is_reserved_client_id, rename_advice
@@ -96,7 +97,7 @@ class Service:
         """Run until SIGINT/SIGTERM (or one pass with `once`); returns the exit code: with
         `once`, EXIT_FAILED when any forge visit of the pass failed, or any step of it
         failed on storage (a cron job sees it)."""
-        lock = FileLock(str(self.settings.state_path / "service.lock"))
+        lock = FileLock(str(self.settings.state_path / "service.lock"), mode=0o600)
         try:
             lock.acquire(timeout=0)
         except Timeout:
@@ -110,6 +111,7 @@ class Service:
                 last_poll_at=None,
                 last_error=None,
                 workers=self.supervisor.states(),  # not the last service's (check reads it)
+                settings=published(self.settings),  # `status` compares its own (sameconfig)
             )
             self.check_state()
             log.info(

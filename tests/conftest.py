@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
 import pytest
@@ -28,6 +28,19 @@ from dropbox_eval.schemas import NAMES, shipped
 from dropbox_eval.service import Service
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
+
+if TYPE_CHECKING:
+    from pgcluster import Cluster
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A private PostgreSQL cluster for the session (pgcluster.py), started only when a
+    test asks for it; each test takes a fresh schema of it (`fresh_url`)."""
+    from pgcluster import running
+
+    with running() as cluster:
+        yield cluster
 
 
 @pytest.fixture

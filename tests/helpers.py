@@ -80,3 +80,9 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def fixed_report(store: Any, batch_id: str) -> dict[str, Any] | None:
+    """The report the store fixed when the batch ended, parsed (None: none fixed)."""
+    raw = store.get_report(batch_id)
+    return None if raw is None else dict(json.loads(raw))

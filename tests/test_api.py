@@ -129,7 +129,7 @@ def test_api_has_no_server_errors(api: str, keys: dict[str, str]) -> None:
     schema = schemathesis.openapi.from_url(f"{api}/openapi.json")
     auth = {"Authorization": f"Bearer {keys['acme']}"}
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 7  # the report route and retry included
+    assert len(operations) == 8  # the report route, retry and delete included
     for operation in operations:
 
         @given(case=operation.as_strategy())

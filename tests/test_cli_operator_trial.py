@@ -51,16 +51,16 @@ def _listed(cli: Cli, *args: str) -> list[str]:
     return [row["batch_id"] for row in json.loads(result.stdout)]
 
 
-def test_batches_lists_the_newest_created_first_running_or_not(cli: Cli) -> None:
+def test_batches_lists_the_live_first_then_the_most_recently_ended(cli: Cli) -> None:
     cli("clients", "add", "acme", "--credits", "20")
     old_running = cli.submit(1)
     old_finished_late = cli.submit(2)
     newest = cli.submit(3)
     _finish(cli, newest)  # archived first, though created last
     _finish(cli, old_finished_late)  # archived last: the end of the archive file
-    assert _listed(cli) == [newest, old_finished_late, old_running]
-    assert _listed(cli, "--limit", "2") == [newest, old_finished_late]
-    assert _listed(cli, "--limit", "1") == [newest]
+    assert _listed(cli) == [old_running, old_finished_late, newest]
+    assert _listed(cli, "--limit", "2") == [old_running, old_finished_late]
+    assert _listed(cli, "--limit", "1") == [old_running]
     assert _listed(cli, "--all") == [old_running, old_finished_late, newest]
     refused = cli("batches", "--all", "--limit", "2")
     assert refused.exit_code == EXIT_USAGE and "--limit" in refused.stderr

@@ -1,13 +1,17 @@
 """Fair intake at the inbox: ready files are read client by client in turn (weighted round
 robin), so one client's flood of drops never stands in front of another client's drop, and
-one client's backlog in memory is bounded (the rest waits on disk, nothing is lost)."""
+one client's backlog in memory is bounded (the rest waits on disk, nothing is lost); and an
+invalid file is cheap to refuse: its error file and its move are its only durable writes."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from conftest import serving, tasks, wait_for
@@ -15,6 +19,7 @@ from helpers import drop, receipt_of
 
 from dropbox_eval.app import App
 from dropbox_eval.inbox import ReadinessTracker
+from dropbox_eval.protocol.rejections import RejectionLog
 from dropbox_eval.util.roundrobin import RoundRobin
 from dropbox_eval.workers.guard import POOL_SIZE
 
@@ -118,3 +123,71 @@ def filed(caplog: pytest.LogCaptureFixture) -> list[str]:
         ):
             names.append(Path(message.split(":")[0].removeprefix("file ")).name)
     return names
+
+
+DURABLE = ("fsync", "replace", "rename", "link", "unlink")
+INVALID = {
+    "malformed": "{not json",
+    "hostile": {"tasks": [{"task_id": "../../etc/passwd", "title": "t"}]},
+    "unfunded": {"tasks": tasks(1)},
+}
+
+
+def counting(calls: Counter[str], name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return real(*args, **kwargs)
+
+    return counted
+
+
+def test_refusing_an_invalid_file_costs_its_error_file_and_the_move(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A malformed, hostile or unfunded file: the error file (its bytes synced, renamed
+    into place), the drop linked beside it and unlinked, the two folders synced; nothing
+    else (the rejection log's line is appended, its counts written once per rotation)."""
+    app.billing.add_client("acme", 0)
+    for kind, content in INVALID.items():  # the first makes `rejected/` and the log's mark
+        assert app.inbox.process(drop(app.inbox.root, f"{kind}0.json", content, "acme")).status == (
+            "rejected"
+        )
+    calls: Counter[str] = Counter()
+    for name in DURABLE:
+        monkeypatch.setattr(os, name, counting(calls, name, getattr(os, name)))
+    for kind, content in INVALID.items():
+        dropped = drop(app.inbox.root, f"{kind}1.json", content, "acme")
+        calls.clear()
+        outcome = app.inbox.process(dropped)
+        assert outcome.status == "rejected" and outcome.path is not None
+        assert calls == {"fsync": 3, "replace": 1, "link": 1, "unlink": 1}, (kind, calls)
+        assert (outcome.path.parent / f"{dropped.name}.error.json").exists()
+    assert RejectionLog(app.settings.state_path).counts() == {
+        "invalid_json": 2,
+        "invalid_batch": 2,
+        "unfunded": 2,
+    }
+
+
+def test_rejection_counts_are_kept_through_rotations_a_kill_and_an_older_counts_file(
+    tmp_path: Path,
+) -> None:
+    log = RejectionLog(tmp_path, max_bytes=300)
+    for n in range(9):
+        log.append({"reason": "too_large", "message": "y" * 40, "file": f"b{n}.json"})
+    assert log.rotated.exists() and len(log.recent(100)) < 9  # rotated, more than once
+    assert log.counts() == {"too_large": 9}
+    # a kill between marking the lines file counted and renaming it away
+    info = log.path.stat()
+    mark = {"counts": log.counts(), "inode": info.st_ino, "offset": info.st_size}
+    log.counts_path.write_text(json.dumps(mark))
+    assert RejectionLog(tmp_path, max_bytes=300).counts() == {"too_large": 9}
+    log.append({"reason": "invalid_json", "message": "x", "file": "a.json"})
+    assert log.counts() == {"too_large": 9, "invalid_json": 1}
+    # a counts file from before the marks: the totals of every line kept so far
+    log.counts_path.write_text(json.dumps({"too_large": 20, "invalid_json": 1}))
+    older = RejectionLog(tmp_path, max_bytes=300)
+    assert older.counts() == {"too_large": 20, "invalid_json": 1}
+    for n in range(6):
+        older.append({"reason": "unfunded", "message": "z" * 40, "file": f"c{n}.json"})
+    assert RejectionLog(tmp_path).counts() == {"too_large": 20, "invalid_json": 1, "unfunded": 6}

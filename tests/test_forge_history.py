@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 import pytest
 import requests
 from conftest import settings_on, tasks
+from helpers import fixed_report
 
 from dropbox_eval.app import App, build_app, forge_worker
 from dropbox_eval.forge.client import GiteaClient
@@ -77,8 +78,9 @@ def _searching(
 
 def _result(app: App, batch_id: str, index: int = 0) -> dict[str, Any]:
     batch = app.store.get_batch(batch_id)
-    assert batch.status == BatchStatus.COMPLETED and batch.report is not None, batch.status
-    found: dict[str, Any] = batch.report["results"][index]
+    report = fixed_report(app.store, batch_id)
+    assert batch.status == BatchStatus.COMPLETED and report is not None, batch.status
+    found: dict[str, Any] = report["results"][index]
     return found
 
 

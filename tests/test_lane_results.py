@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import PATIENCE, wait_for
+from helpers import fixed_report
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.config import Settings
@@ -59,8 +60,9 @@ def _by_id(app: App, batch_id: str) -> dict[str, TaskRecord]:
 
 def _report(app: App, batch_id: str, status: str = "completed") -> dict[str, dict[str, Any]]:
     batch = app.store.get_batch(batch_id)
-    assert batch.status == status and batch.report is not None
-    return {r["task_id"]: r for r in batch.report["results"]}
+    report = fixed_report(app.store, batch_id)
+    assert batch.status == status and report is not None
+    return {r["task_id"]: r for r in report["results"]}
 
 
 def _settle(app: App, batch_id: str) -> None:
@@ -123,7 +125,8 @@ def test_without_verdict_labels_the_pull_request_decides(
     assert results["bad"]["pull_request"]["merged"] is False
     batch = app.store.get_batch(batch_id)
     assert batch.charged == 2 * settings.task_price  # no_verdict is the lane's work too
-    assert batch.report is not None and batch.report["counts"]["no_verdict"] == 1
+    report = fixed_report(app.store, batch_id)
+    assert report is not None and report["counts"]["no_verdict"] == 1
 
 
 def test_unmerged_status_is_configurable(settings: Settings, forge: SandboxForge) -> None:

@@ -3,8 +3,8 @@
 Sign-in attempts are throttled per source address (a delay that doubles, answered 429 with
 `Retry-After`, the right key included); the key is never read from a URL; every answer
 carries the security headers, and the page's CSP allows exactly its own stylesheet.
-A second source address is a reverse proxy's `X-Forwarded-For` from loopback, which
-uvicorn trusts by default (FORWARDED_ALLOW_IPS).
+A second source address is a reverse proxy's `X-Forwarded-For` from loopback, listed as
+a trusted proxy (SAAS_EVAL_TRUSTED_PROXIES) as a proxy on this host would be.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -19,16 +20,24 @@ import requests
 from conftest import OPERATOR_KEY, wait_for
 from fastapi import FastAPI
 
+from dropbox_eval.app import App
+from dropbox_eval.util.webserver import BackgroundServer
+from dropbox_eval.web.server import create_web
 from dropbox_eval.web.throttle import FREE_FAILURES, MAX_DELAY, LoginThrottle
 
 KEY = OPERATOR_KEY
 
 
 @pytest.fixture
-def served(operator_web: tuple[str, FastAPI]) -> tuple[str, LoginThrottle]:
-    """The web app with an operator key, and its sign-in throttle (to move its clock)."""
-    url, api = operator_web
-    return url, api.state.login_throttle
+def served(app: App) -> Iterator[tuple[str, LoginThrottle]]:
+    """The web app with an operator key behind a trusted proxy on this host, and its sign-in
+    throttle (to move its clock)."""
+    app.settings.operator_key = KEY
+    app.settings.trusted_proxies = "127.0.0.1"
+    api = create_web(app.web, lambda: {})
+    server = BackgroundServer(api)
+    yield server.start(), api.state.login_throttle
+    server.stop()
 
 
 def sign_in(url: str, key: str, source: str | None = None) -> requests.Response:

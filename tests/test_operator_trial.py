@@ -97,7 +97,7 @@ def test_an_unreachable_forge_is_a_plain_message() -> None:
     assert str(caught.value) == "GET /version: forge unreachable (connection refused)"
 
 
-def test_a_page_is_the_newest_created_and_stops_reading_early() -> None:
+def test_a_page_is_the_live_then_the_newest_ended_and_reads_only_the_page() -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
 
     def row(n: int, created: int, archived: int) -> dict[str, object]:
@@ -110,8 +110,9 @@ def test_a_page_is_the_newest_created_and_stops_reading_early() -> None:
             "archived_at": (start + timedelta(seconds=archived)).isoformat(),
         }
 
-    # 1,000 batches each archived 2 s after creation, then one created first, archived last
-    archive = [row(n, 10 + n, 12 + n) for n in range(1000)] + [row(9999, 0, 2000)]
+    # 1,000 batches all created before any ended (each overlaps every other), then one
+    # created first and archived last
+    archive = [row(n, 10 + n, 2000 + n) for n in range(1000)] + [row(9999, 0, 3000)]
     read: list[dict[str, object]] = []
 
     def newest_first() -> Iterator[dict[str, object]]:
@@ -123,10 +124,14 @@ def test_a_page_is_the_newest_created_and_stops_reading_early() -> None:
     page = newest_page(live, newest_first(), lambda r: True, limit=3)
     assert [r["batch_id"] for r in page] == [
         live[0]["batch_id"],
+        archive[-1]["batch_id"],  # ended last: first of the history, though created first
         archive[999]["batch_id"],
-        archive[998]["batch_id"],
     ]
-    assert "archived_at" not in page[1] and len(read) <= 5  # not the 1,001 rows
+    assert "archived_at" not in page[1] and len(read) == 2  # not the 1,001 rows
+    after = newest_page(
+        live, iter(archive[::-1]), lambda r: True, limit=2, after=page[1]["batch_id"]
+    )
+    assert [r["batch_id"] for r in after] == [archive[999]["batch_id"], archive[998]["batch_id"]]
     oldest_id = archive[-1]["batch_id"]
     only_old = newest_page([], iter(archive[::-1]), lambda r: r["batch_id"] == oldest_id, limit=1)
     assert [r["batch_id"] for r in only_old] == [oldest_id]

@@ -293,10 +293,30 @@ def test_the_login_cookie_is_a_session_token_not_the_key(
     assert session.get(f"{url}/operator", timeout=30).status_code == 200
 
 
-def test_the_cookie_is_secure_when_the_request_came_over_https(
+def test_the_cookie_is_secure_when_the_request_came_over_https(app: App) -> None:
+    """A TLS-terminating proxy on this host says so, and is listed as trusted
+    (SAAS_EVAL_TRUSTED_PROXIES): only then is its X-Forwarded-Proto believed."""
+    app.settings.operator_key = KEY
+    app.settings.trusted_proxies = "127.0.0.1"
+    server = BackgroundServer(create_web(app.web, lambda: {}))
+    url = server.start()
+    try:
+        answer = requests.post(
+            f"{url}/operator/login",
+            data={"key": KEY},
+            headers={"X-Forwarded-Proto": "https"},
+            allow_redirects=False,
+            timeout=30,
+        )
+    finally:
+        server.stop()
+    assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
+
+
+def test_a_forwarded_proto_from_an_untrusted_peer_is_not_believed(
     operator: tuple[str, OperatorSessions],
 ) -> None:
-    url, _ = operator  # a TLS-terminating proxy on this host says so (uvicorn trusts loopback)
+    url, _ = operator  # no trusted proxy: the header is the client's word only
     answer = requests.post(
         f"{url}/operator/login",
         data={"key": KEY},
@@ -304,7 +324,7 @@ def test_the_cookie_is_secure_when_the_request_came_over_https(
         allow_redirects=False,
         timeout=30,
     )
-    assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
+    assert answer.status_code == 303 and "secure" not in answer.headers["set-cookie"].lower()
 
 
 def test_a_session_ends_on_expiry_and_on_a_new_key(

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from conftest import settings_on, wait_for
+from helpers import fixed_report
 from history_model import (
     HUMAN,
     LANE,
@@ -277,7 +278,7 @@ class Stage:
     def results(self) -> Iterator[tuple[str, Service, list[tuple[dict[str, Any], Copy]]]]:
         """Each service's result of each task, with the task's issue."""
         for name, service in (("A", self.a), ("B", self.b)):
-            reports = [service.app.store.get_batch(b).report for b in service.batches]
+            reports = [fixed_report(service.app.store, b) for b in service.batches]
             found = [r["results"] for r in reports if r is not None]
             flat = found[0] + found[1] if name == "A" else found[0]
             yield name, service, [(flat[i], self.copies[i][name == "B"]) for i in range(2)]

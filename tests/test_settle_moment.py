@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import settings_on, tasks
+from helpers import fixed_report
 from histories import (
     FAIL,
     HISTORIES,
@@ -107,8 +108,9 @@ class Run:
 
     def results(self) -> list[dict[str, Any]]:
         batch = self.app.store.get_batch(self.batch_id)
-        assert batch.status == BatchStatus.COMPLETED and batch.report is not None, batch.status
-        found: list[dict[str, Any]] = batch.report["results"]
+        report = fixed_report(self.app.store, self.batch_id)
+        assert batch.status == BatchStatus.COMPLETED and report is not None, batch.status
+        found: list[dict[str, Any]] = report["results"]
         return found
 
 
@@ -285,10 +287,11 @@ def test_a_batch_follows_its_repo_transferred_while_its_results_settle(
         clock.advance(1)
         wait(worker.cycle())
     batch = app.store.get_batch(batch_id)
-    assert batch.status == BatchStatus.COMPLETED and batch.report is not None
+    report = fixed_report(app.store, batch_id)
+    assert batch.status == BatchStatus.COMPLETED and report is not None
     assert batch.repo == f"{new_owner}/{name}"
     assert any(r.status == 307 and f"/repos/{repo}/" in r.path for r in forge.requests)
-    got = [(r["status"], r["summary"], r["pull_request"]) for r in batch.report["results"]]
+    got = [(r["status"], r["summary"], r["pull_request"]) for r in report["results"]]
     assert got[:2] == [
         ("passed", "PASS before the move", None),
         ("failed", "FAIL after the move", None),
@@ -328,7 +331,8 @@ def test_the_search_finds_a_close_behind_a_lagging_index_within_its_overlap(
     clock.advance(SETTLE)
     wait(worker.cycle())
     batch = app.store.get_batch(batches[0])
-    assert batch.status == BatchStatus.COMPLETED and batch.report is not None
-    result = batch.report["results"][0]
+    report = fixed_report(app.store, batches[0])
+    assert batch.status == BatchStatus.COMPLETED and report is not None
+    result = report["results"][0]
     assert (result["status"], result["summary"]) == ("passed", "PASS behind the index")
     assert app.store.get_batch(batches[1]).status == BatchStatus.RUNNING

@@ -361,6 +361,20 @@ def test_listing_shows_only_regular_files_and_receipts_are_readable(
     assert read_json(tmp_path / "mine.json.receipt.json") == {"mine": 2}
 
 
+def test_a_folder_of_several_pages_lists_every_name_once_in_order(stack: Stack) -> None:
+    """Listings come a page (128 names) at a time from a worker thread (listing.py)."""
+    accepted = stack.folder() / "accepted"
+    accepted.mkdir(parents=True, exist_ok=True)
+    names = [f"{n:04d}.json.receipt.json" for n in range(2 * 128 + 5)]
+    for name in names:
+        (accepted / name).write_text("{}")
+    client = paramiko_client(stack)
+    try:
+        assert client.listdir("accepted") == names
+    finally:
+        close(client)
+
+
 # -- the door ---------------------------------------------------------------------------------
 
 
@@ -592,3 +606,20 @@ def test_hidden_names_are_the_clients_own_but_not_the_endpoints(
     removed = sftp(stack, "put gone.json .gone.tmp\nrm .gone.tmp\n", cwd=tmp_path)
     assert removed.returncode == 0, removed.stderr
     assert wait_for(lambda: sorted(p.name for p in stack.folder(client).iterdir()) == ["accepted"])
+
+
+def test_a_client_removes_its_rejected_drops_to_free_its_quota(
+    stack: Stack, tmp_path: Path
+) -> None:
+    client = stack.acme
+    (tmp_path / "bad.json").write_bytes(b"{not json")
+    assert sftp(stack, "put bad.json\n", cwd=tmp_path).returncode == 0
+    assert wait_for(lambda: _outcome_of(stack, client, "bad.json") == "rejected")
+    rejected = stack.folder(client) / "rejected"
+    (rejected / "link.json").symlink_to(stack.folder(stack.other))
+    refused = sftp(stack, "rm rejected/link.json\n", cwd=tmp_path)
+    assert refused.returncode != 0 and (rejected / "link.json").is_symlink()
+    removed = sftp(stack, "rm rejected/bad.json\nrm rejected/bad.json.error.json\n", cwd=tmp_path)
+    assert removed.returncode == 0, removed.stderr
+    assert sorted(p.name for p in rejected.iterdir()) == ["link.json"]
+    assert sftp(stack, "rm accepted/bad.json\n", cwd=tmp_path).returncode != 0

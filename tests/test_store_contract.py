@@ -1,6 +1,8 @@
 """The store contract (store/contract.py), checked the same way against every engine: each
 operation, transactions (all or nothing, their own reads, joining, after-commit actions)
-and the typed queries. A new engine joins by adding its constructor to ENGINES."""
+and the typed queries. A new engine joins by adding its constructor to ENGINES: TinyDB on
+a temp folder, PostgreSQL on a fresh database of the session's private cluster
+(pgcluster.py; a missing PostgreSQL fails these tests, never skips them)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import pgcluster
 import pytest
 
 from dropbox_eval.errors import NotFoundError
@@ -26,18 +29,30 @@ from dropbox_eval.models import (
 )
 from dropbox_eval.store import BatchRow, Store
 from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.pg.engine import PostgresStore
 from dropbox_eval.util import crashpoints
 
-ENGINES: dict[str, Callable[[Path], Store]] = {"tinydb": TinyDBStore}
+
+def _postgres(request: pytest.FixtureRequest, state: Path) -> Store:
+    cluster: pgcluster.Cluster = request.getfixturevalue("pg_cluster")
+    return PostgresStore(cluster.fresh_url(), state)
+
+
+ENGINES: dict[str, Callable[[pytest.FixtureRequest, Path], Store]] = {
+    "tinydb": lambda request, state: TinyDBStore(state),
+    "postgres": _postgres,
+}
 
 
 @pytest.fixture(params=sorted(ENGINES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    made = ENGINES[request.param](tmp_path / "state")
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made = ENGINES[request.param](request, tmp_path / "state")
     with made.transaction() as tx:
         tx.add_client(Client(client_id="acme", created_at=utcnow()))
         tx.post_ledger(_entry("fund", 100))
-    return made
+    yield made
+    if isinstance(made, PostgresStore):
+        made.close()
 
 
 def _entry(
@@ -292,3 +307,74 @@ def test_the_state_check_operations_agree_on_a_clean_store(
     assert not store.being_recorded(batch.batch_id)
     store.refresh_row(store.get_batch(batch.batch_id))
     assert store.list_batches(live_only=True) == [BatchRow.of(batch)]
+
+
+def _ended(store: Store, ref: str, *, emit: bool = True) -> BatchRecord:
+    """A batch recorded, settled (charged 1) and, if `emit`, archived."""
+    batch = _record(store, _batch(ref))
+    settlement = [_entry("charge", -1, 0, batch.batch_id), _entry("release", 0, -2, batch.batch_id)]
+    ended = store.update_batch(
+        batch.batch_id, settlement=settlement, status=BatchStatus.COMPLETED, charged=1
+    )
+    return store.update_batch(batch.batch_id, emitted_at=utcnow()) if emit else ended
+
+
+def test_history_pages_follow_the_archiving_order_and_leave_buried_batches_out(
+    store: Store,
+) -> None:
+    first, second, third = (_ended(store, ref) for ref in ("a", "b", "c"))
+    live = _record(store, _batch("live"))
+    page = store.history_page(limit=2)
+    assert [r.batch_id for r in page.rows] == [third.batch_id, second.batch_id]
+    assert page.next_cursor is not None
+    rest = store.history_page(limit=2, cursor=page.next_cursor)
+    assert ([r.batch_id for r in rest.rows], rest.next_cursor) == ([first.batch_id], None)
+    listed = [r.batch_id for r in store.page_batches(limit=10)]
+    assert listed == [live.batch_id, third.batch_id, second.batch_id, first.batch_id]
+    assert [r.batch_id for r in store.page_batches(after=third.batch_id)] == [
+        second.batch_id,
+        first.batch_id,
+    ]
+    assert store.bury_batch(second.batch_id, reason="test")
+    assert not store.bury_batch(second.batch_id, reason="test")  # buried already
+    assert not store.bury_batch(live.batch_id, reason="test")  # live
+    with pytest.raises(NotFoundError):
+        store.get_batch(second.batch_id)
+    assert [r.batch_id for r in store.history_page(limit=5).rows] == [
+        third.batch_id,
+        first.batch_id,
+    ]
+    assert store.count_batches() == {"completed": 2, "running": 1}
+    assert store.snapshot().archived.batches == {"completed": 2}
+    with pytest.raises(ValueError):
+        store.history_page(cursor="not-a-cursor")
+
+
+def test_an_erased_batch_leaves_a_tombstone_and_its_money(store: Store) -> None:
+    batch = _ended(store, "gone", emit=False)  # ended and settled, still live
+    tombstone = {"deleted_by": "operator", "status": "completed"}
+    store.erase_batch(batch, tombstone)
+    assert store.tombstone(batch.batch_id) == tombstone
+    assert store.tombstone(_batch("other").batch_id) is None
+    with pytest.raises(NotFoundError):
+        store.get_batch(batch.batch_id)
+    assert store.find_batch("acme", batch_ref="gone") is None  # dropped again: a new batch
+    assert store.list_batches() == [] and store.count_batches() == {}
+    client = store.get_client("acme")
+    assert client is not None and (client.balance, client.held) == (99, 0)
+    assert [e.kind for e in store.ledger("acme")] == ["fund", "hold", "charge", "release"]
+    assert store.snapshot().archived.charged == {"acme": 1}
+
+
+def test_the_audit_log_keeps_every_action_in_order(store: Store) -> None:
+    store.record_action("fund", "acme", actor="ann", via="cli", amount=5)
+    store.record_action("pause", "", actor="bob", via="page", result="conflict", key_id="k1")
+    first, newest = store.audit_entries()
+    assert (first.action, first.target, first.actor, first.detail) == (
+        "fund",
+        "acme",
+        "ann",
+        {"amount": 5},
+    )
+    assert (newest.target, newest.result, newest.key_id) == ("-", "conflict", "k1")
+    assert store.audit_entries(limit=1) == [newest]

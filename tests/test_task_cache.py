@@ -122,3 +122,24 @@ def test_readers_at_once_share_one_parse(tmp_path: Path, base_reads: list[Path])
         first, *others = pool.map(read, range(3))
     assert len(base_reads) == 1
     assert len(first) == TASKS and all(other == first for other in others)
+
+
+def test_a_journal_folded_in_by_this_reader_is_not_parsed_again(
+    tmp_path: Path, base_reads: list[Path]
+) -> None:
+    store = _new_batch(tmp_path)
+    assert len(store.get_tasks(BATCH)) == TASKS
+    journal = tmp_path / "tasks" / f"{BATCH}.journal"
+    summary = "a long verdict " * 40  # one change of every task outgrows the base
+    store.update_tasks(
+        BATCH,
+        {
+            f"t{n}": {"status": TaskStatus.PASSED, "result": {"summary": summary}}
+            for n in range(1, 401)
+        },
+    )
+    assert not journal.exists()  # folded in, from the tasks kept parsed
+    read = store.get_tasks(BATCH)
+    assert len(base_reads) == 1 and read[399].result is not None
+    assert read == _as_read_afresh(tmp_path)
+    assert store.tasks.read(BATCH) == [t.model_dump(mode="json") for t in read]

@@ -10,14 +10,18 @@ available credits (balance - held) cover it, so concurrent batches never overdra
 from __future__ import annotations
 
 import base64
-import hashlib
 import secrets
 
-from ..errors import BatchRejected, DropboxEvalError, InvalidArgument, NotFoundError
+from ..errors import BatchRejected, ClientDisabled, DropboxEvalError, InvalidArgument
 from ..models import ID_PATTERN, Client, LedgerEntry, LedgerKind, is_valid_id, utcnow
 from ..store import Store
 from ..util import crashpoints
 from ..util.names import reserved_reason
+from ..util.timestamps import rfc3339
+from .apikeys import ApiKeys, hash_api_key
+from .standing import Standing, existing_client
+
+__all__ = ["Billing", "hash_api_key", "new_webhook_secret"]
 
 
 def new_webhook_secret() -> str:
@@ -25,13 +29,9 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
-def hash_api_key(key: str) -> str:
-    """Keys are stored only as their sha256."""
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-class Billing:
-    """Credits per client; every change is posted under the store lock."""
+class Billing(ApiKeys, Standing):
+    """Credits per client, its API keys (apikeys.py) and standing (standing.py); every
+    change is posted under the store lock."""
 
     def __init__(self, store: Store, task_price: int) -> None:
         self.store = store
@@ -50,7 +50,13 @@ class Billing:
         if reserved is not None:
             raise InvalidArgument(f"{reserved}; choose another id")
         with self.store.transaction() as tx:
-            if self.store.get_client(client_id) is not None:
+            existing = self.store.get_client(client_id)
+            if existing is not None and existing.removed_at is not None:
+                raise DropboxEvalError(
+                    f"client {client_id!r} was removed on {rfc3339(existing.removed_at)}; "
+                    "its id stays with its ledger: choose another id"
+                )
+            if existing is not None:
                 raise DropboxEvalError(
                     f"client {client_id!r} already exists: use "
                     f"`dropbox-eval clients fund {client_id} N` to add credits"
@@ -74,11 +80,8 @@ class Billing:
         return self.client(client_id)
 
     def client(self, client_id: str) -> Client:
-        """The client; NotFoundError when unknown."""
-        found = self.store.get_client(client_id)
-        if found is None:
-            raise NotFoundError(f"no client {client_id!r}")
-        return found
+        """The client; NotFoundError when unknown or removed."""
+        return existing_client(self.store, client_id)
 
     def rotate_secret(self, client_id: str) -> str:
         """Replace the client's webhook secret; returns the new one."""
@@ -88,22 +91,6 @@ class Billing:
             tx.update_client(client_id, webhook_secret=secret)
         return secret
 
-    def new_api_key(self, client_id: str) -> str:
-        """Issue an API key for the client (shown once; only its hash is kept)."""
-        reserved = reserved_reason(client_id)
-        if reserved is not None:  # a client stored before its id was reserved
-            raise InvalidArgument(f"{reserved}; it gets no API key (see `dropbox-eval status`)")
-        key = f"dek_{client_id}_{secrets.token_urlsafe(24)}"
-        with self.store.transaction() as tx:
-            client = self.client(client_id)
-            tx.update_client(client_id, api_key_hashes=[*client.api_key_hashes, hash_api_key(key)])
-        return key
-
-    def client_for_key(self, key: str) -> Client | None:
-        """The client owning an API key, if any."""
-        wanted = hash_api_key(key)
-        return next((c for c in self.store.list_clients() if wanted in c.api_key_hashes), None)
-
     # -- batches ------------------------------------------------------------------------
 
     def cost(self, task_count: int) -> int:
@@ -111,14 +98,17 @@ class Billing:
         return task_count * self.task_price
 
     def check_funded(self, client_id: str, task_count: int) -> int:
-        """Return the batch cost or raise BatchRejected(unknown_client | unfunded)."""
+        """Return the batch cost or raise BatchRejected(unknown_client | client_disabled |
+        unfunded)."""
         client = self.store.get_client(client_id)
-        if client is None:
+        if client is None or client.removed_at is not None:
             raise BatchRejected(
                 "unknown_client",
                 f"client {client_id!r} has no account; ask the operator to create one",
                 client_id=client_id,
             )
+        if client.disabled_at is not None:
+            raise ClientDisabled(client_id)
         cost = self.cost(task_count)
         if client.available < cost:
             raise BatchRejected(

@@ -62,12 +62,13 @@ class Context:
 
     def __init__(self, overrides: dict[str, Any] | None = None) -> None:
         self.overrides: dict[str, Any] = overrides or {}
+        self.env_file: Path | None = None  # `--env-file`: the units' file instead of the shell
 
     def settings(self, **more: Any) -> Settings:
-        """Environment + command-line overrides."""
+        """Environment (or the `--env-file`) + command-line overrides."""
         from ..config import load_settings
 
-        return load_settings(**{**self.overrides, **more})
+        return load_settings(self.env_file, **{**self.overrides, **more})
 
     def app(self, *, create: bool = False, with_forge: bool = True, **more: Any) -> App:
         """The wired components, on the state that is there: NoState (exit 2, nothing
@@ -146,6 +147,11 @@ def uses(*names: str) -> Callable[[F], F]:
 # imported only when it runs, so `--help` and `--version` load click and little else.
 # A test checks each line against the command it names.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "audit": (
+        "audit",
+        "Show the operators' actions, oldest first: when, who, through what, what, on what, "
+        "and the result (reads the state, writes nothing).",
+    ),
     "batch": (
         "batches",
         "Show one batch (progress, attempts, last error, delivery) and each task's issue, "
@@ -153,8 +159,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "batches": (
         "batches",
-        "List the newest batches by creation time, newest first (running or not): id, "
-        "client, status, progress, age (reads, writes nothing).",
+        "List batches, the live first, then the most recently ended: id, client, status, "
+        "progress, age.",
     ),
     "cancel": (
         "batches",
@@ -165,11 +171,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Check that the index, the batch records and the ledger agree (read-only unless --repair).",
     ),
     "clients": ("clients", "Client accounts and credits."),
+    "delete": (
+        "retention",
+        "Delete an ended batch: its report, task details, receipt and drop go; a tombstone "
+        "(id, client, status, dates, task counts, charge) and the ledger stay.",
+    ),
     "demo": (
         "demo",
         "The whole flow in this folder on the embedded sandbox forge; prints the report.",
     ),
     "emit": ("batches", "Deliver a finished batch's report (file or callback)."),
+    "migrate": (
+        "migrate",
+        "Create or update the PostgreSQL schema (SAAS_EVAL_DATABASE_URL); `run` does too.",
+    ),
     "pause": (
         "pausing",
         "Hold intake: files wait in the inbox, forge writes stop; polling and delivery go on.",
@@ -177,6 +192,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "poll": (
         "batches",
         "Poll the forge once (every running batch, or BATCH_ID) and store finished results.",
+    ),
+    "prune": (
+        "retention",
+        "Delete the batches that ended before the retention (keeping tombstones and the "
+        "ledger: balances do not move), and the rejected drops, error files and cancel "
+        "requests filed before it.",
     ),
     "resume": (
         "pausing",
@@ -314,9 +335,17 @@ class Main(click.Group):
     show_default=True,
     help="json: one JSON object per log line (for log shippers).",
 )
+@click.option(
+    "--env-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="SAAS_EVAL_ENV_FILE",
+    show_envvar=True,
+    help="Read the settings from this file (the systemd units' EnvironmentFile) instead of "
+    "the shell's SAAS_EVAL_* variables; flags still win.",
+)
 @uses(*SETTING_OPTIONS)
 @click.pass_context
-def main(ctx: click.Context, /, verbose: int, log_format: str) -> None:
+def main(ctx: click.Context, /, verbose: int, log_format: str, env_file: Path | None) -> None:
     """dropbox-eval: file-drop eval batches -> forge issues -> lane results -> reports."""
     configure_logging(verbose, log_format, service=ctx.invoked_subcommand in LONG_RUNNING)
-    ctx.ensure_object(Context)
+    ctx.ensure_object(Context).env_file = env_file

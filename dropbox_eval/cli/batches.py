@@ -17,6 +17,7 @@ from ..store.servicestate import service_running
 from ..util.timestamps import age
 from ..views import Progress, Views
 from . import FOLDERS, FORGE, STATE, Context, uses
+from .audit import audited
 from .output import console, emit_json, fail, friendly_errors, json_option
 
 PAGE = 50  # `batches` without --limit
@@ -33,7 +34,7 @@ PAGE = 50  # `batches` without --limit
 @click.option(
     "--limit",
     type=click.IntRange(1),
-    help=f"The newest N batches by creation time, newest first [default: {PAGE}].",
+    help=f"The first N batches: live ones newest first, then ended ones [default: {PAGE}].",
 )
 @click.option(
     "--all", "show_all", is_flag=True, help="Every batch, oldest created first (not with --limit)."
@@ -49,9 +50,12 @@ def batches(
     show_all: bool,
     as_json: bool,
 ) -> None:
-    """List the newest batches by creation time, newest first (running or not): id, client,
-    status, progress, age (reads, writes nothing). The cost follows the page, not the
-    history; `--all` reads the whole history and lists it oldest first."""
+    """List batches, the live first, then the most recently ended: id, client, status,
+    progress, age.
+
+    Live batches come newest created first; the reading writes nothing, and its cost
+    follows the page, not the history. `--all` reads the whole history and lists it
+    oldest created first."""
     with friendly_errors(as_json):
         if show_all and limit is not None:
             raise click.UsageError("--all lists every batch: leave out --limit (or drop --all)")
@@ -118,6 +122,8 @@ def batch(obj: Context, batch_id: str, as_json: bool) -> None:
     for label in ("retry_of", "retried_by"):  # retry.py: the links between a batch and its retry
         if view[label]:
             console.print(f"{label.replace('_', ' ')} {view[label]}", markup=False)
+    for key, value in (view.get("metadata") or {}).items():
+        console.print(f"metadata {key}: {value}", markup=False)
     table = Table("task", "issue", "status", "summary", "url")
     for task in view["tasks"]:
         table.add_row(
@@ -167,7 +173,7 @@ def poll(obj: Context, batch_id: str | None, as_json: bool) -> None:
 @click.pass_obj
 def emit(obj: Context, batch_id: str, force: bool, as_json: bool) -> None:
     """Deliver a finished batch's report (file or callback)."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "emit", batch_id, force=force or None):
         result = obj.app().delivery.emit(batch_id, force=force)
     if as_json:
         emit_json(result)
@@ -183,7 +189,7 @@ def emit(obj: Context, batch_id: str, force: bool, as_json: bool) -> None:
 @click.pass_obj
 def cancel(obj: Context, batch_id: str, as_json: bool) -> None:
     """Cancel a running batch: close its open issues, keep finished results, emit the report."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "cancel", batch_id):
         app = obj.app()
         batch = app.lifecycle.cancel(batch_id)
     stored = batch.status == BatchStatus.RUNNING  # no forge here, or it failed half-way

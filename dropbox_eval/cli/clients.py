@@ -1,4 +1,6 @@
-"""`dropbox-eval clients ...`: accounts, credits, secrets and API keys (SFTP keys: sftp.py).
+"""`dropbox-eval clients ...`: accounts, credits, secrets and API keys (SFTP keys: sftp.py;
+listing and revoking keys, disabling and removing: access.py). Each change is recorded in
+the audit log (audit.py).
 
 What they show comes from the read model (views): the same fields as the page.
 """
@@ -12,6 +14,7 @@ from rich.table import Table
 
 from ..views import Views, client_view
 from . import FOLDERS, STATE, Context, uses
+from .audit import audited
 from .output import console, emit_json, friendly_errors, json_option
 
 
@@ -34,7 +37,7 @@ def clients() -> None:
 @click.pass_obj
 def clients_add(obj: Context, client_id: str, credits: int, as_json: bool) -> None:
     """Create a client account (prints its webhook secret once)."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "clients add", client_id, credits=credits):
         client = obj.app(create=True).billing.add_client(client_id, credits)
     if as_json:
         emit_json(client_view(client) | {"webhook_secret": client.webhook_secret})
@@ -51,7 +54,7 @@ def clients_add(obj: Context, client_id: str, credits: int, as_json: bool) -> No
 @click.pass_obj
 def clients_fund(obj: Context, client_id: str, credits: int, as_json: bool) -> None:
     """Add CREDITS (a positive whole number) to a client's balance (a ledger entry)."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "clients fund", client_id, credits=credits):
         client = obj.app().billing.fund(client_id, credits)
     if as_json:
         emit_json(client_view(client))
@@ -80,7 +83,7 @@ def clients_list(obj: Context, as_json: bool) -> None:
 @click.pass_obj
 def clients_rotate_secret(obj: Context, client_id: str, as_json: bool) -> None:
     """Replace the client's webhook signing secret and print the new one."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "clients rotate-secret", client_id):
         secret = obj.app().billing.rotate_secret(client_id)
     _show_once(client_id, "webhook_secret", secret, as_json)
 
@@ -91,10 +94,19 @@ def clients_rotate_secret(obj: Context, client_id: str, as_json: bool) -> None:
 @uses(*FOLDERS)
 @click.pass_obj
 def clients_api_key(obj: Context, client_id: str, as_json: bool) -> None:
-    """Issue an API key for the HTTP API (printed once; only its hash is stored)."""
-    with friendly_errors(as_json):
-        key = obj.app().billing.new_api_key(client_id)
-    _show_once(client_id, "api_key", key, as_json)
+    """Issue an API key for the HTTP API: its id (for `keys` and `revoke-key`) and the key,
+    printed once (only its hash is stored); the client's other keys stay valid."""
+    with friendly_errors(as_json), audited(obj, "clients api-key", client_id) as detail:
+        issued = obj.app().billing.issue_api_key(client_id)
+        detail["key"] = issued.key_id
+    if as_json:
+        emit_json(
+            {"ok": True, "client_id": client_id, "key_id": issued.key_id, "key": issued.key}
+            | {"api_key": issued.key}  # the name of earlier versions
+        )
+    else:
+        click.echo(f"key id: {issued.key_id}", err=True)
+        click.echo(issued.key)
 
 
 def _show_once(client_id: str, name: str, secret: str, as_json: bool) -> None:
@@ -147,10 +159,11 @@ def clients_show(
 
 
 def _print_clients(rows: list[dict[str, Any]]) -> None:
-    table = Table("client", "balance", "held", "available", "since")
+    table = Table("client", "state", "balance", "held", "available", "since")
     for row in rows:
         table.add_row(
             row["client_id"],
+            row["state"],
             str(row["balance"]),
             str(row["held"]),
             str(row["available"]),
@@ -160,9 +173,10 @@ def _print_clients(rows: list[dict[str, Any]]) -> None:
 
 
 def _with_key_commands() -> None:
-    from .sftp import KEY_COMMANDS  # `clients add-key`, `keys`, `remove-key`
+    from .access import ACCESS_COMMANDS  # `keys`, `revoke-key`, `disable`, `enable`, `remove`
+    from .sftp import KEY_COMMANDS  # `clients add-key`, `remove-key`
 
-    for command in KEY_COMMANDS:
+    for command in [*KEY_COMMANDS, *ACCESS_COMMANDS]:
         clients.add_command(command)
 
 

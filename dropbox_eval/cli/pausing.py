@@ -6,6 +6,7 @@ import click
 
 from ..intake.pause import Pause
 from . import STATE, Context, uses
+from .audit import audited
 from .output import emit_json, friendly_errors, json_option
 
 
@@ -17,7 +18,7 @@ def pause(obj: Context, as_json: bool) -> None:
     """Hold intake: files wait in the inbox, forge writes stop; polling and delivery go on.
     No receipt or error file is written and no issue is created, commented or closed
     (cancels are stored, deadlines wait); it survives a restart; `resume` ends it."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "pause", "-"):
         state = Pause(obj.store().state_dir)
         state.pause(by="cli")
         view = state.view()
@@ -33,9 +34,10 @@ def pause(obj: Context, as_json: bool) -> None:
 @click.pass_obj
 def resume(obj: Context, as_json: bool) -> None:
     """End the pause: the service takes the waiting files and resumes forge writes."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "resume", "-") as detail:
         state = Pause(obj.store().state_dir)
         ended = state.resume()
+        detail["was_paused"] = ended is not None
     if as_json:
         emit_json({"ok": True, **state.view(), "was_paused_since": (ended or {}).get("since")})
     elif ended is None:

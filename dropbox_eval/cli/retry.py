@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from . import FOLDERS, FORGE, Context, uses
+from .audit import audited
 from .output import emit_json, friendly_errors, json_option
 
 
@@ -18,9 +19,10 @@ def retry(obj: Context, batch_id: str, as_json: bool) -> None:
     """Retry a failed or expired batch: a new batch with its failed and aborted tasks.
     Those are the tasks that ended failed, aborted, expired or missing; the new batch is
     linked both ways (retry_of, retried_by), holds credits as usual and has its own report."""
-    with friendly_errors(as_json):
+    with friendly_errors(as_json), audited(obj, "retry", batch_id) as detail:
         app = obj.app()
         receipt = app.retries.retry(batch_id)
+        detail["retried_by"] = receipt["batch_id"]
         paused = app.pause.since()
     if as_json:
         emit_json(receipt)

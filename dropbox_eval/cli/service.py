@@ -159,7 +159,8 @@ def serve(obj: Context, host: str, port: int) -> None:
     with friendly_errors():
         app = obj.app()
         web = create_web(app.web, lambda: running_status(app.settings.state_path))
-    uvicorn.run(web, host=host, port=port, log_level="info", log_config=None)
+    # proxy_headers off: X-Forwarded-For is believed only from SAAS_EVAL_TRUSTED_PROXIES
+    uvicorn.run(web, host=host, port=port, log_level="info", log_config=None, proxy_headers=False)
 
 
 @click.command()

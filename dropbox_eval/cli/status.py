@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import EXIT_NOT_RUNNING, EXIT_OK
+from ..ops.sameconfig import differences, published
 from ..sftp.status import sftp_status
 from ..util import storage
 from ..util.names import is_reserved_client_id, rename_advice
@@ -29,6 +30,9 @@ def status(obj: Context, as_json: bool) -> None:
         record = views.service()
         record["batches"] = views.count()  # the index alone, whatever the history
         record["sftp"] = sftp_status(views.store.state_dir)
+        record["settings_differ"] = differences(
+            published(obj.settings()), record.get("settings") or {} if record["running"] else {}
+        )
         record["storage"] = [str(problem) for problem in storage.problems(obj.settings())]
         record["reserved_clients"] = [  # stored before their id was reserved (names.py)
             {"client_id": c["client_id"], "available": c["available"]}
@@ -70,6 +74,14 @@ def _print_status(record: dict[str, Any]) -> None:
     where = f"on {sftp.get('host')}:{sftp.get('port')} (pid {sftp.get('pid')})"
     state = f"running {where}" if sftp["running"] else "not running"
     click.echo(f"sftp: {state}; host key {sftp.get('host_key') or '- (created on first start)'}")
+    for line in record["settings_differ"]:
+        click.echo(f"warning: this command's settings differ from the service's: {line}")
+    if record["settings_differ"]:
+        click.echo(
+            "warning: run commands with the service's environment file: "
+            "`dropbox-eval --env-file /etc/dropbox-eval/dropbox-eval.env ...` (or set "
+            "SAAS_EVAL_ENV_FILE)"
+        )
     for reserved in record["reserved_clients"]:
         click.echo(f"warning: {rename_advice(reserved['client_id'], reserved['available'])}")
 

@@ -18,11 +18,13 @@ from ..config import Settings
 from ..errors import DeliveryError, NotFinished, StorageUnavailable, storage_errors
 from ..lifecycle.attempts import Attempts
 from ..models import BatchRecord, BatchStatus, utcnow
-from ..protocol.report import build_report
+from ..protocol.batchlines import is_lines_name
+from ..protocol.report import report_document
 from ..store import Store
 from ..util import crashpoints
 from ..util.clock import Backoff
 from ..util.redact import shown_url
+from ..util.timestamps import rfc3339
 from .emitter import Emitter
 
 log = logging.getLogger("dropbox_eval")
@@ -66,7 +68,7 @@ class Delivery:
                 "ok": True,
                 "batch_id": batch_id,
                 "already_emitted": True,
-                "emitted_at": batch.emitted_at.isoformat(),
+                "emitted_at": rfc3339(batch.emitted_at),
             }
         with crashpoints.operation("emit"):
             try:
@@ -100,10 +102,17 @@ class Delivery:
 
     def _send(self, batch: BatchRecord, manual: bool) -> str:
         """Deliver the report once; where it went. A failure is scheduled (attempts.py)."""
-        report = batch.report or build_report(batch, self.store.get_tasks(batch.batch_id))
+        report = self.store.get_report(batch.batch_id) or report_document(
+            batch, self.store.get_tasks(batch.batch_id)
+        )
         try:
             with storage_errors():  # the emitter's own files too: waited out, not a tick
-                return self.emitter.deliver(report, batch.callback_url, self._secret(batch))
+                return self.emitter.deliver(
+                    report,
+                    batch.callback_url,
+                    self._secret(batch),
+                    lines=batch.source is not None and is_lines_name(batch.source),
+                )
         except DeliveryError as exc:
             with crashpoints.operation("delivery-schedule"):
                 what_next = self.attempts.delivery_failed(batch, exc, manual=manual)

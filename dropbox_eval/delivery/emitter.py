@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import logging
 import socket
 import threading
@@ -29,7 +28,9 @@ from urllib3.exceptions import HTTPError, NewConnectionError
 
 from ..errors import BatchRejected, DeliveryError
 from ..models import utcnow
+from ..protocol.batchlines import lines_bytes, report_lines
 from ..protocol.callbacks import CallbackPolicy, CallbackTarget
+from ..protocol.report import canonical, in_client_order, report_batch_id
 from ..util import crashpoints
 from ..util.fileio import SHARED_MODE, write_atomically
 from ..util.names import UNDELIVERED_DIR
@@ -39,20 +40,39 @@ from ..util.redact import shown_url
 log = logging.getLogger("dropbox_eval")
 
 
-def report_bytes(report: dict[str, Any]) -> str:
+Document = dict[str, Any] | bytes  # a report, or its canonical bytes (protocol/report.py)
+
+
+def report_bytes(report: Document) -> bytes:
     """The canonical serialisation: the same report always gives the same payload."""
-    return json.dumps(report, indent=2, sort_keys=True) + "\n"
+    return report if isinstance(report, bytes) else canonical(report)
+
+
+def _batch_id(report: Document) -> str:
+    return report_batch_id(report) if isinstance(report, bytes) else str(report["batch_id"])
+
+
+def _parsed(report: Document) -> dict[str, Any]:
+    return in_client_order(report) if isinstance(report, bytes) else report
 
 
 class FileEmitter:
-    """Writes `outbox/<batch_id>.json` atomically."""
+    """Writes `outbox/<batch_id>.json` atomically (and `<batch_id>.jsonl` before it, for a
+    batch that came as JSON Lines)."""
 
     def __init__(self, outbox: Path) -> None:
         self.outbox = outbox
 
-    def write(self, report: dict[str, Any], folder: Path | None = None) -> Path:
-        """Write the report into `folder` (default the outbox) and return its path."""
-        path = (folder or self.outbox) / f"{report['batch_id']}.json"
+    def write(self, report: Document, folder: Path | None = None, *, lines: bool = False) -> Path:
+        """Write the report into `folder` (default the outbox) and return its path; with
+        `lines`, its JSON Lines form first (the `.json` last: its presence says both are)."""
+        path = (folder or self.outbox) / f"{_batch_id(report)}.json"
+        if lines:
+            write_atomically(
+                path.with_suffix(".jsonl"),
+                lines_bytes(report_lines(_parsed(report))),
+                mode=SHARED_MODE,
+            )
         write_atomically(path, report_bytes(report), mode=SHARED_MODE)
         return path
 
@@ -285,34 +305,44 @@ class Emitter:
         return self.files.outbox / UNDELIVERED_DIR
 
     def deliver(
-        self, report: dict[str, Any], callback_url: str | None, secret: str | None = None
+        self,
+        report: Document,
+        callback_url: str | None,
+        secret: str | None = None,
+        *,
+        lines: bool = False,
     ) -> str:
-        """Deliver the report; return a description of where it went."""
+        """Deliver the report; return a description of where it went. `lines`: the batch
+        came as JSON Lines, so its outbox file has a JSON Lines twin."""
         try:
-            where = self._deliver(report, callback_url, secret)
+            where = self._deliver(report, callback_url, secret, lines)
         except DeliveryError:
             self._attempted("failed")
             raise
         self._attempted("delivered")
         return where
 
-    def _deliver(self, report: dict[str, Any], callback_url: str | None, secret: str | None) -> str:
+    def _deliver(
+        self, report: Document, callback_url: str | None, secret: str | None, lines: bool
+    ) -> str:
         if not callback_url:
-            return str(self.files.write(report))
-        webhook_id = f"msg_{report['batch_id']}"
+            return str(self.files.write(report, lines=lines))
+        batch_id = _batch_id(report)
+        webhook_id = f"msg_{batch_id}"
         try:
             target = self._check(callback_url)
-            status = self.webhooks.post(target, report_bytes(report), webhook_id, secret)
+            payload = report_bytes(report).decode("ascii")
+            status = self.webhooks.post(target, payload, webhook_id, secret)
         except DeliveryError as exc:
             self._keep_undelivered(report, exc)
             raise
         # the copy kept by an earlier failed try is stale now; one that cannot go (a
         # read-only outbox) must not make a delivered report look undelivered
         with contextlib.suppress(OSError):
-            (self.undelivered_dir / f"{report['batch_id']}.json").unlink(missing_ok=True)
+            (self.undelivered_dir / f"{batch_id}.json").unlink(missing_ok=True)
         return f"{shown_url(callback_url)} (HTTP {status})"
 
-    def _keep_undelivered(self, report: dict[str, Any], failure: DeliveryError) -> None:
+    def _keep_undelivered(self, report: Document, failure: DeliveryError) -> None:
         """Keep the report in `outbox/undelivered/`; a full or read-only outbox does not
         hide the delivery's own failure (the attempt still counts toward giving up)."""
         try:
@@ -320,7 +350,7 @@ class Emitter:
         except OSError as exc:
             log.warning(
                 "batch %s: %s; its copy in %s could not be kept: %s",
-                report["batch_id"],
+                _batch_id(report),
                 failure,
                 self.undelivered_dir,
                 exc,

@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError, StorageUnavailable
 from ..models import BatchFile, BatchRecord, BatchStatus
+from ..protocol.batchlines import is_lines_name
 from ..protocol.documents import ErrorFile, receipt_for
 from ..util import crashpoints, timestamps
 from ..util.clock import Backoff
 from . import fsops
-from .checks import CANCEL_RE, cancel_target, name_problem, read_drop
+from .checks import cancel_request_of, cancel_target, name_problem, read_drop
 from .filing import Skip, check_outcome_folder, file_away, shown
 from .opening import open_file, open_folder, read_whole
 from .readiness import ReadinessTracker
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from ..store import Store
 
 __all__ = [
-    "CANCEL_RE",
     "Inbox",
     "Outcome",
     "ReadinessTracker",
@@ -180,19 +180,22 @@ class Inbox:
             except OSError as exc:
                 raise Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
             sha256 = hashlib.sha256(raw).hexdigest()
-            operation = "cancel" if CANCEL_RE.match(path.name) else "intake"
-            with crashpoints.operation(operation):
-                return self._take(folder_fd, path, raw, sha256, fd)
+            cancel_of = cancel_request_of(path.name, raw)
+            with crashpoints.operation("intake" if cancel_of is None else "cancel"):
+                return self._take(folder_fd, path, raw, sha256, fd, cancel_of)
         finally:
             os.close(fd)
 
-    def _take(self, folder_fd: int, path: Path, raw: bytes, sha256: str, fd: int) -> Outcome:
-        """Accept (or cancel) and file away: the record with its hold, then the receipt
-        and the move, then `filed` on the record. A kill after any of these writes is
-        finished by the next look at the same file (its batch is found by its digest)."""
+    def _take(
+        self, folder_fd: int, path: Path, raw: bytes, sha256: str, fd: int, cancel_of: str | None
+    ) -> Outcome:
+        """Accept (or cancel batch `cancel_of`) and file away: the record with its hold,
+        then the receipt and the move, then `filed` on the record. A kill after any of these
+        writes is finished by the next look at the same file (its batch is found by its
+        digest)."""
         try:
-            if CANCEL_RE.match(path.name):
-                result, client_id = self._cancel(path)
+            if cancel_of is not None:
+                result, client_id = self._cancel(path, cancel_of)
             else:
                 batch, client_id = self._parse(path, raw)
                 result = self.intake.accept(
@@ -208,12 +211,16 @@ class Inbox:
 
     def _parse(self, path: Path, raw: bytes) -> tuple[BatchFile, str]:
         return read_drop(
-            raw, self.client_folder(path), max_bytes=self.max_file_bytes, max_tasks=self.max_tasks
+            raw,
+            self.client_folder(path),
+            max_bytes=self.max_file_bytes,
+            max_tasks=self.max_tasks,
+            lines=is_lines_name(path.name),
         )
 
-    def _cancel(self, path: Path) -> tuple[dict[str, Any], str]:
+    def _cancel(self, path: Path, cancel_of: str) -> tuple[dict[str, Any], str]:
         """`<client>/cancel-<batch_id>.json`: cancel one of that client's running batches."""
-        batch_id, client_id = cancel_target(path.name, self.client_folder(path))
+        batch_id, client_id = cancel_target(cancel_of, self.client_folder(path))
         try:
             batch = self.store.get_batch(batch_id)
         except NotFoundError:

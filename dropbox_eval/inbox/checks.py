@@ -4,22 +4,29 @@ makes the same checks with these same functions."""
 
 from __future__ import annotations
 
-import re
-
 from ..errors import BatchRejected
 from ..models import BatchFile, is_valid_id
 from ..protocol.batchfile import parse_batch
+from ..protocol.batchlines import parse_batch_lines
+from ..protocol.cancelfile import cancel_request_of
 from ..util.printable import unprintable_reason
 
-CANCEL_RE = re.compile(r"^cancel-(.+)\.json$")
+__all__ = ["cancel_request_of", "cancel_target", "name_problem", "read_drop"]
 
 
 def read_drop(
-    raw: bytes, folder_client: str | None, *, max_bytes: int, max_tasks: int
+    raw: bytes,
+    folder_client: str | None,
+    *,
+    max_bytes: int,
+    max_tasks: int,
+    lines: bool = False,
 ) -> tuple[BatchFile, str]:
-    """The batch in a drop's bytes and the client it is for: the folder's (`folder_client`,
-    None at the top of the inbox) or its own `client_id`; BatchRejected otherwise."""
-    batch = parse_batch(raw, max_bytes=max_bytes, max_tasks=max_tasks)
+    """The batch in a drop's bytes (JSON Lines with `lines`) and the client it is for: the
+    folder's (`folder_client`, None at the top of the inbox) or its own `client_id`;
+    BatchRejected otherwise."""
+    parse = parse_batch_lines if lines else parse_batch
+    batch = parse(raw, max_bytes=max_bytes, max_tasks=max_tasks)
     client_id = folder_client or batch.client_id
     if client_id is None:
         raise BatchRejected(
@@ -37,17 +44,15 @@ def read_drop(
     return batch, client_id
 
 
-def cancel_target(name: str, folder_client: str | None) -> tuple[str, str]:
-    """(batch id, client id) of the cancel request `cancel-<batch_id>.json` in a client's
+def cancel_target(batch_id: str, folder_client: str | None) -> tuple[str, str]:
+    """(batch id, client id) of a cancel request (protocol/cancelfile.py) in a client's
     folder; BatchRejected at the top of the inbox."""
-    match = CANCEL_RE.match(name)
-    assert match is not None
     if folder_client is None:
         raise BatchRejected(
             "missing_client_id",
             "cancel files go in the client's folder, inbox/<client_id>/cancel-<batch_id>.json",
         )
-    return match.group(1), folder_client
+    return batch_id, folder_client
 
 
 def name_problem(name: str) -> str | None:

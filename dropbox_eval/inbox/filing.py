@@ -51,12 +51,16 @@ def file_away(
             document.filed_as = target
         name = f"{target}{suffix}"
         where = path.parent / outcome / name
-        write_at(out_fd, name, json_bytes(document.document()), mode=SHARED_MODE, where=where)
+        # The outcome folder is synced once, after the move: both new entries in one sync,
+        # the receipt's first (a journaling filesystem commits them in the order made).
+        document_bytes = json_bytes(document.document())
+        write_at(out_fd, name, document_bytes, mode=SHARED_MODE, where=where, sync_folder=False)
         if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
             log.warning("file %s: vanished while being filed as %s", shown(path), outcome)
             if outcome == "rejected":
                 with contextlib.suppress(OSError):
                     os.unlink(f"{target}{suffix}", dir_fd=out_fd)
+            os.fsync(out_fd)
             return None
         os.fsync(out_fd)
         os.fsync(folder_fd)

@@ -21,9 +21,10 @@ from typing import Any
 from ..config import Settings
 from ..errors import BatchRejected
 from ..protocol.batchfile import check_claims, window_of
+from ..protocol.batchlines import is_lines_name
 from ..protocol.callbacks import CallbackPolicy
 from ..protocol.namefilter import NAMES, NameKind
-from .checks import CANCEL_RE, cancel_target, name_problem, read_drop
+from .checks import cancel_request_of, cancel_target, name_problem, read_drop
 from .filing import Skip
 from .opening import read_whole
 
@@ -110,11 +111,16 @@ def _check(path: Path, settings: Settings, folder_client: str | None) -> Verdict
     if folder_client is not None and not NAMES.is_client_folder(folder_client):
         raise Unread(f"files in a folder named {folder_client!r} are never read by the inbox")
     raw = _read(path, settings.max_file_bytes)  # a cancel file too: the inbox reads it first
-    if CANCEL_RE.match(name):
-        batch_id, client_id = cancel_target(name, folder_client)
+    cancel_of = cancel_request_of(name, raw)
+    if cancel_of is not None:
+        batch_id, client_id = cancel_target(cancel_of, folder_client)
         return Verdict(path, client_id=client_id, cancel_of=batch_id)
     batch, client_id = read_drop(
-        raw, folder_client, max_bytes=settings.max_file_bytes, max_tasks=settings.max_tasks
+        raw,
+        folder_client,
+        max_bytes=settings.max_file_bytes,
+        max_tasks=settings.max_tasks,
+        lines=is_lines_name(name),
     )
     check_claims(batch, client_id, settings.max_tasks)
     if batch.callback_url:

@@ -17,12 +17,22 @@ from ..billing.accounts import Billing
 from ..config import Settings
 from ..errors import BatchRejected
 from ..forge.client import GiteaClient, UsesForge
-from ..models import BatchFile, BatchRecord, BatchStatus, TaskRecord, new_batch_id, utcnow
+from ..models import (
+    BATCH_WIDE_TASK_FIELDS,
+    BatchFile,
+    BatchRecord,
+    BatchStatus,
+    LedgerEntry,
+    TaskRecord,
+    new_batch_id,
+    utcnow,
+)
 from ..protocol.batchfile import check_claims, rejection_from_validation, window_of
 from ..protocol.callbacks import CallbackPolicy
 from ..protocol.documents import Acceptance, IssueNumber
 from ..store import Store, Transaction
 from ..util import crashpoints
+from ..util.compact import compacted
 from .opening import IssueOpener
 from .resubmit import refuse_redrop
 
@@ -129,16 +139,26 @@ class Intake(UsesForge):
             log.info("batch %s: recorded before from %s; filing it", record.batch_id, source)
         if open_now and self.open_now is not None:  # else the service opens it later
             self.open_now(record.batch_id, recorded.tasks or None)
-        return self.receipt(record.batch_id, duplicate=recorded.duplicate)
+            return self.receipt(record.batch_id, duplicate=recorded.duplicate)
+        return self.receipt(record.batch_id, duplicate=recorded.duplicate, known=recorded)
 
     def filed(self, receipt: dict[str, Any]) -> None:
         """The drop sits beside its receipt: one write stores that."""
         self.store.update_batch(receipt["batch_id"], filed=True)
 
-    def receipt(self, batch_id: str, *, duplicate: bool = False) -> dict[str, Any]:
-        """What the client is told: the batch id and each task's issue number so far."""
-        batch = self.store.get_batch(batch_id)
+    def receipt(
+        self, batch_id: str, *, duplicate: bool = False, known: Recorded | None = None
+    ) -> dict[str, Any]:
+        """What the client is told: the batch id and each task's issue number so far.
+        `known`: a batch recorded just now and not opened, as recorded (nothing read)."""
+        fresh = known is not None and bool(known.tasks)
+        batch = known.batch if known is not None and fresh else self.store.get_batch(batch_id)
         running = batch.status == BatchStatus.RUNNING
+        numbers = (
+            {task.task_id: task.issue_number for task in known.tasks}
+            if known is not None and fresh
+            else self.store.issue_numbers(batch_id)
+        )
         return Acceptance(
             ok=True,
             batch_id=batch_id,
@@ -147,10 +167,11 @@ class Intake(UsesForge):
             held=batch.cost if running else 0,
             issues=[
                 IssueNumber(task_id=task_id, issue_number=number)
-                for task_id, number in self.store.issue_numbers(batch_id).items()
+                for task_id, number in numbers.items()
             ],
             failure=batch.failure,
             duplicate=duplicate,
+            metadata=batch.metadata,
         ).document()
 
     def record(
@@ -165,19 +186,30 @@ class Intake(UsesForge):
         check_claims(batch, client_id, self.settings.max_tasks)
         if batch.callback_url:
             self.policy.check(batch.callback_url)
+        with self.store.arriving():  # the group commit may wait for this one
+            return self._record(batch, client_id, source, sha256)
+
+    def _record(
+        self, batch: BatchFile, client_id: str, source: str | None, sha256: str | None
+    ) -> Recorded:
         found = self._earlier(batch, client_id, source, sha256)  # a first look, unlocked
         if found is not None:  # a batch is never unrecorded: nothing to stage
             return found
         cost = self.billing.check_funded(client_id, len(batch.tasks))  # before any write
         record = self.new_record(batch, client_id, cost, source, sha256)
         tasks = self.task_records(record, batch)
-        with self.store.transaction(preparing=(record, tasks)) as tx:
+
+        def decide() -> LedgerEntry | None:  # under the store lock, in the group commit
             found = self._earlier(batch, client_id, source, sha256)
-            if found is not None:  # not recorded: what was prepared is removed
-                return found
-            self.billing.check_funded(client_id, len(batch.tasks))  # again, in the transaction
-            hold = self.billing.hold_entry(client_id, cost, record.batch_id)
-            tx.record_batch(record, tasks, hold)
+            if found is not None:  # not recorded
+                raise _Found(found)
+            self.billing.check_funded(client_id, len(batch.tasks))  # again, under the lock
+            return self.billing.hold_entry(client_id, cost, record.batch_id)
+
+        try:
+            self.store.commit_new(record, tasks, decide)
+        except _Found as earlier:
+            return earlier.recorded
         return Recorded(record, tasks)
 
     def _earlier(
@@ -204,14 +236,19 @@ class Intake(UsesForge):
 
     @staticmethod
     def task_records(record: BatchRecord, batch: BatchFile) -> list[TaskRecord]:
-        """The new batch's tasks, as stored."""
+        """The new batch's tasks, as stored (compact: a big batch's are many)."""
+        memo: dict[Any, Any] = {}
         return [
-            TaskRecord(
-                task_id=t.task_id,
-                batch_id=record.batch_id,
-                repo=record.repo,
-                payload=t,
-                created_at=record.created_at,
+            compacted(
+                TaskRecord(
+                    task_id=t.task_id,
+                    batch_id=record.batch_id,
+                    repo=record.repo,
+                    payload=t,
+                    created_at=record.created_at,
+                ),
+                memo,
+                BATCH_WIDE_TASK_FIELDS,
             )
             for t in batch.tasks
         ]
@@ -237,6 +274,7 @@ class Intake(UsesForge):
             client_id=client_id,
             batch_ref=batch.batch_ref,
             callback_url=batch.callback_url,
+            metadata=batch.metadata,
             repo=self.repo_for(client_id, batch_id),
             source=source,
             sha256=sha256,
@@ -257,6 +295,14 @@ class Intake(UsesForge):
         if self.settings.repo:
             return self.settings.repo
         return f"{self.settings.require_owner()}/eval-{client_id}-{batch_id}"
+
+
+class _Found(Exception):
+    """The drop is a batch recorded before (a duplicate, or itself read again)."""
+
+    def __init__(self, recorded: Recorded) -> None:
+        super().__init__(recorded.batch.batch_id)
+        self.recorded = recorded
 
 
 def _own_unfiled(batch: BatchRecord, source: str | None, sha256: str | None) -> bool:

@@ -125,6 +125,7 @@ class Retries:
             callback_url=old.callback_url,
             completion_window=window,
             tasks=tasks,
+            metadata=old.metadata,  # the same run's labels
         )
 
 

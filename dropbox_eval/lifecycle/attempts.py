@@ -33,6 +33,7 @@ from ..errors import DeliveryError, ForgeAuthError, ForgeError, ForgePermanent
 from ..models import BatchRecord, BatchStatus
 from ..store import Store
 from ..util.clock import Backoff, RetryClock
+from ..util.timestamps import rfc3339
 
 log = logging.getLogger("dropbox_eval")
 RETRYABLE_4XX = frozenset({404, 408, 409, 429})
@@ -153,7 +154,7 @@ class Attempts:
         if manual:  # an extra try: the automatic schedule stays as it was
             message = f"manual re-delivery failed: {error}"
             self.store.update_batch(batch.batch_id, last_delivery_error=message)
-            return _next_words(message, batch.next_delivery_at, batch.batch_id)
+            return _manual_words(message, batch.next_delivery_at)
         attempts = batch.delivery_attempts + 1
         next_at = None
         if attempts < limit:
@@ -169,10 +170,22 @@ class Attempts:
         return _next_words(message, next_at, batch.batch_id)
 
 
+def _manual_words(message: str, next_at: datetime | None) -> str:
+    """After a manual try: what the schedule does, and where to look, never the same
+    command again (it would fail the same way)."""
+    schedule = f"next try at {rfc3339(next_at)}" if next_at else "no automatic try left"
+    return (
+        f"{message}; {schedule}; the report waits in outbox/undelivered/. Fix what the error "
+        "names first; a command run with other settings than the service's (callback policy, "
+        "folders) fails where the service would not: `dropbox-eval status` says so, and "
+        "`--env-file` runs it with the service's"
+    )
+
+
 def _next_words(message: str, next_at: datetime | None, batch_id: str) -> str:
     if next_at is None:
         return (
             f"{message}; no automatic try left: the report waits in outbox/undelivered/ "
             f"(re-send with `dropbox-eval emit {batch_id} --force`)"
         )
-    return f"{message}; next try at {next_at.isoformat(timespec='seconds')}"
+    return f"{message}; next try at {rfc3339(next_at)}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..billing.accounts import Billing
 from ..models import BatchRecord, BatchStatus, TaskRecord, utcnow
-from ..protocol.report import build_report
+from ..protocol.report import report_document
 from ..store import Store
 from ..util import crashpoints
 
@@ -56,10 +56,10 @@ class BatchCloser:
                 "next_attempt_at": None,
             }
             final = current.model_copy(update=fields)
-            # The record first (the report fixed in the same write: every later emit sends
-            # these bytes), then the final charge with the index row: a kill between the two
-            # leaves a finished record still holding credits, which the state check at the
-            # next start settles from the record (statecheck.py).
+            # The report fixed first (every later emit sends these bytes), then the record,
+            # then the final charge with the index row: a kill between the last two leaves a
+            # finished record still holding credits, which the state check at the next
+            # start settles from the record (statecheck.py).
             with crashpoints.operation("close"):
                 closed = tx.update_batch(
                     batch_id,
@@ -67,7 +67,7 @@ class BatchCloser:
                         current.client_id, batch_id, current.cost, charged
                     ),
                     **fields,
-                    report=build_report(final, tasks),
+                    report=report_document(final, tasks),
                 )
             on_closed = self.on_closed
             if on_closed is not None:  # once the close has landed (the caller's commit)

@@ -124,6 +124,9 @@ def reason_of(error: ErrorDetails) -> str:
         limit = ctx.get("min_length", ctx.get("max_length"))
         unit = "character" if limit == 1 else "characters"
         return f"should have {_LENGTH_WORDS[error['type']]} {limit} {unit}, not {len(text)}"
+    if error["type"] in _LENGTH_WORDS and isinstance(text, dict):  # metadata: keys, not items
+        limit = ctx.get("min_length", ctx.get("max_length"))
+        return f"should have {_LENGTH_WORDS[error['type']]} {limit} keys, not {len(text)}"
     return str(error["msg"])
 
 

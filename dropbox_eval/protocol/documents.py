@@ -54,7 +54,7 @@ class Acceptance(Document):
     """What a client is told when a batch is taken: the HTTP API's answer, and the core of
     the receipt beside a drop."""
 
-    OMITTED: ClassVar[tuple[str, ...]] = ("failure", "duplicate")
+    OMITTED: ClassVar[tuple[str, ...]] = ("failure", "duplicate", "metadata")
 
     ok: Literal[True]
     batch_id: str
@@ -69,6 +69,13 @@ class Acceptance(Document):
     duplicate: bool = Field(
         False, description="true: the same bytes or batch_ref made this batch earlier"
     )
+    metadata: dict[str, str] | None = Field(None, description="the batch's own metadata")
+
+
+class RetryAcceptance(Acceptance):
+    """What a retry answers: the new batch's acceptance, naming the batch it retries."""
+
+    retry_of: str = Field(description="the failed or expired batch this one retries")
 
 
 class Filing(Document):
@@ -82,7 +89,7 @@ class Filing(Document):
 class BatchReceipt(Acceptance, Filing):
     """`accepted/<name>.receipt.json` beside an accepted batch file."""
 
-    OMITTED: ClassVar[tuple[str, ...]] = ("failure", "duplicate", "filed_as")
+    OMITTED: ClassVar[tuple[str, ...]] = ("failure", "duplicate", "filed_as", "metadata")
 
     client_id: str
     sha256: Sha256

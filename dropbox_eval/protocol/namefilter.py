@@ -3,7 +3,8 @@ watcher and the SFTP view.
 
 A name is one of four kinds:
 
-- `candidate`: a drop the inbox reads (`*.json` in any case, not hidden, not temporary);
+- `candidate`: a drop the inbox reads (`*.json`, or JSON Lines `*.jsonl` / `*.ndjson`, in
+  any case, not hidden, not temporary);
 - `temporary`: an upload in progress under a temporary suffix (`x.json.part`, WinSCP's
   `x.json.filepart`, ...): left alone until it is renamed to a candidate;
 - `hidden`: a dot name, the other way upload tools hide a file in progress (rsync's
@@ -24,6 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..util.names import DROP_SUFFIX, TEMP_SUFFIXES, is_reserved_client_id
+from .batchlines import LINES_SUFFIXES
 
 
 class NameKind(StrEnum):
@@ -40,6 +42,7 @@ class NameFilter:
     """Says which names are candidates, temporary or hidden (see the module docstring)."""
 
     drop_suffix: str = DROP_SUFFIX
+    lines_suffixes: tuple[str, ...] = LINES_SUFFIXES
     temporary_suffixes: tuple[str, ...] = TEMP_SUFFIXES
 
     def kind(self, name: str) -> NameKind:
@@ -51,7 +54,7 @@ class NameFilter:
         lowered = name.lower()
         if lowered.endswith(self.temporary_suffixes):
             return NameKind.TEMPORARY
-        if lowered.endswith(self.drop_suffix):
+        if lowered.endswith((self.drop_suffix, *self.lines_suffixes)):
             return NameKind.CANDIDATE
         return NameKind.OTHER
 
@@ -83,9 +86,10 @@ class NameFilter:
     def candidate_names(self) -> str:
         """The rule in words, for messages: what a client may write."""
         suffixes = ", ".join(f"*{s}" for s in self.temporary_suffixes)
+        batches = ", ".join(f"*{s}" for s in (self.drop_suffix, *self.lines_suffixes))
         return (
-            f"*{self.drop_suffix} files, temporary names ({suffixes}) and hidden names "
-            "(.name) that are renamed to *.json"
+            f"{batches} files, temporary names ({suffixes}) and hidden names "
+            "(.name) that are renamed to one of those"
         )
 
 

@@ -2,7 +2,10 @@
 
 Each line names the client, its key fingerprint and the source address. An uploaded
 `.json` file gets a second line with its batch id (or the rejection) once the service has
-filed it, found best-effort by the sha256 in the receipt or error file for a minute.
+filed it, found best-effort by the sha256 in the receipt or error file for a minute. One
+lookup per client folder serves all its files waiting for that line, and it reads receipts
+only when `accepted/` or `rejected/` has changed: a file waiting costs nothing while the
+service files nothing.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..util.names import OUTCOME_DIRS
 from .paths import DIR_FLAGS
 
 log = logging.getLogger("dropbox_eval")
 
 BATCH_LOOKUP_SECONDS = 60.0
 BATCH_LOOKUP_EVERY = 0.25
+RECENT_SECONDS = 2.0  # a folder changed this recently may change again within its mtime tick
 
 
 @dataclass
@@ -46,7 +51,7 @@ class FileLog:
     def __init__(self, inbox: Path) -> None:
         """Receipts are looked up in `inbox/<client>/accepted` and `rejected`."""
         self.inbox = inbox
-        self._lookups: set[asyncio.Task[None]] = set()
+        self._lookups: dict[str, _FolderLookup] = {}
 
     def done(
         self, session: Session, name: str, size: int, outcome: str, digest: str | None
@@ -56,26 +61,73 @@ class FileLog:
         session.bytes += size
         log.info("sftp file: %s file=%s bytes=%d outcome=%s", session.who(), name, size, outcome)
         if digest is not None and name.lower().endswith(".json"):
-            task = asyncio.get_running_loop().create_task(self._log_batch(session, name, digest))
-            self._lookups.add(task)
-            task.add_done_callback(self._lookups.discard)
+            lookup = self._lookups.get(session.client_id)
+            if lookup is None:
+                lookup = _FolderLookup(self.inbox / session.client_id)
+                self._lookups[session.client_id] = lookup
+            lookup.add(_Waiting(session, name, digest))
 
-    async def _log_batch(self, session: Session, name: str, digest: str) -> None:
-        """Log the batch id (or rejection) once the service has filed the upload."""
-        folder = self.inbox / session.client_id
-        deadline = time.monotonic() + BATCH_LOOKUP_SECONDS
-        while time.monotonic() < deadline:
-            found = find_outcome(folder, name, digest)
-            if found is not None:
-                log.info("sftp file: %s file=%s %s", session.who(), name, found)
-                return
+
+@dataclass
+class _Waiting:
+    session: Session
+    name: str
+    digest: str
+    until: float = field(default_factory=lambda: time.monotonic() + BATCH_LOOKUP_SECONDS)
+
+
+class _FolderLookup:
+    """The files of one client folder waiting for their batch line, and the one task that
+    looks for them while any wait."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.waiting: list[_Waiting] = []
+        self._seen: dict[str, tuple[int, int] | None] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, item: _Waiting) -> None:
+        self.waiting.append(item)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while self.waiting:
+            if self._changed():
+                self.waiting = [item for item in self.waiting if not _found(self.folder, item)]
+            now = time.monotonic()
+            for item in (item for item in self.waiting if item.until <= now):
+                log.info(
+                    "sftp file: %s file=%s batch=unknown (no receipt with its sha256 within "
+                    "%.0f s)",
+                    item.session.who(),
+                    item.name,
+                    BATCH_LOOKUP_SECONDS,
+                )
+            self.waiting = [item for item in self.waiting if item.until > now]
             await asyncio.sleep(BATCH_LOOKUP_EVERY)
-        log.info(
-            "sftp file: %s file=%s batch=unknown (no receipt with its sha256 within %.0f s)",
-            session.who(),
-            name,
-            BATCH_LOOKUP_SECONDS,
-        )
+
+    def _changed(self) -> bool:
+        """Whether `accepted/` or `rejected/` may hold a receipt not looked at yet."""
+        changed = False
+        for outcome in OUTCOME_DIRS:
+            try:
+                info = os.stat(self.folder / outcome, follow_symlinks=False)
+            except OSError:
+                signature = None
+            else:
+                signature = (info.st_ino, info.st_mtime_ns)
+                changed |= time.time() - info.st_mtime < RECENT_SECONDS
+            changed |= self._seen.get(outcome, (-1, -1)) != signature
+            self._seen[outcome] = signature
+        return changed
+
+
+def _found(folder: Path, item: _Waiting) -> bool:
+    found = find_outcome(folder, item.name, item.digest)
+    if found is not None:
+        log.info("sftp file: %s file=%s %s", item.session.who(), item.name, found)
+    return found is not None
 
 
 def find_outcome(folder: Path, name: str, digest: str) -> str | None:

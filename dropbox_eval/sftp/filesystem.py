@@ -16,10 +16,13 @@ What a client may do:
   is removed;
 - rename or remove such names in its folder (WinSCP's `.filepart` then rename);
 - list and read `accepted/` and `rejected/` (receipts and error files), never write there;
+  remove a file of `rejected/` (it counts against the quota until then);
 - list and read its own reports in `reports/` and `reports/undelivered/` (reports.py).
 
 Open files are capped per session and per client, and uploads by the client's storage
-quota (bounds.py).
+quota (bounds.py). The event loop serves every session, so what waits on the disk or reads
+the state runs in worker threads: listings, a page at a time (listing.py), the reports
+view's state (reports.py), an upload's fsyncs (durable.py).
 
 Links (symlink, hardlink), directories, reads of pending files and resumed or appended
 uploads (a write that would leave a hole) are refused.
@@ -27,9 +30,10 @@ uploads (a write that would leave a hole) are refused.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +50,13 @@ from asyncssh import (
 )
 
 from . import upload
-from .bounds import OpenFilesLimit, SessionBounds
+from .bounds import REJECTED, OpenFilesLimit, SessionBounds, remove_rejected
+from .durable import FolderSync
+from .listing import Listing, group_name, user_name
 from .paths import (
     DIR_FLAGS,
     FixedShape,
     Target,
-    listed,
     open_client_folder,
     parse_path,
     stat_at,
@@ -60,9 +65,7 @@ from .paths import (
 )
 from .reports import FOLDERS as REPORT_FOLDERS
 from .reports import ReportsView
-
-FileReport = Callable[[str, int, str, str | None], None]
-"""Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
+from .upload import FileReport
 
 
 @dataclass
@@ -84,14 +87,18 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         *,
         bounds: SessionBounds,
         reports: ReportsView,
+        folder_sync: FolderSync,
     ) -> None:
-        """`folder` is `inbox/<client_id>` (created if missing, never through a symlink)."""
+        """`folder` is `inbox/<client_id>` (created if missing, never through a symlink);
+        `folder_sync` its group commit, shared by the client's sessions."""
         super().__init__(chan)
         self._max_bytes = max_bytes
         self._report = report
         self._bounds = bounds
         self._reports = reports
+        self._folder_sync = folder_sync
         self._root = open_client_folder(folder)
+        self._listing = Listing(self._folder_fd, self.format_longname)
 
     # -- paths --------------------------------------------------------------------------
 
@@ -114,61 +121,61 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         except OSError:
             raise SFTPNoSuchFile(f"{folder}/ does not exist yet") from None
 
-    def _find(self, folder_fd: int, target: Target) -> os.stat_result | None:
+    async def _find(self, folder_fd: int, target: Target) -> os.stat_result | None:
         """The attributes of a visible file of an open folder; None for anything else."""
         assert target.name is not None
         if target.folder in REPORT_FOLDERS:
-            return self._reports.find(folder_fd, target.name)
+            return await self._reports.find(folder_fd, target.name)
         info = stat_at(folder_fd, target.name)
         return info if info is not None and visible(info, target) else None
 
     # -- attributes and listings --------------------------------------------------------
 
-    def lstat(self, path: bytes) -> os.stat_result:
+    async def lstat(self, path: bytes) -> os.stat_result:
         """Attributes of a visible entry; anything else does not exist."""
         target = parse_path(path)
         if target.name is None and target.folder in REPORT_FOLDERS:
             return os.fstat(self._root)  # the view's folders exist even before a report
         fd = self._folder_fd(target.folder)
         try:
-            info = os.fstat(fd) if target.name is None else self._find(fd, target)
+            info = os.fstat(fd) if target.name is None else await self._find(fd, target)
         finally:
             os.close(fd)
         if info is None:
             raise SFTPNoSuchFile("no such file")
         return info
 
-    def stat(self, path: bytes) -> os.stat_result:
+    async def stat(self, path: bytes) -> os.stat_result:
         """Same as lstat: links are never followed."""
-        return self.lstat(path)
+        return await self.lstat(path)
 
     async def scandir(self, path: bytes) -> AsyncIterator[SFTPName]:
-        """The visible entries of a folder of the view (read at once: a listing left
-        unfinished by the client holds no descriptor)."""
-        target = parse_path(path)
-        if target.name is not None:
+        """The visible entries of a folder of the view, a page at a time (listing.py),
+        with the view's own folders: `reports/` at the top, `undelivered/` in it."""
+        folder = parse_path(path)
+        if folder.name is not None:
             raise SFTPNoSuchFile("not a folder")
-        for name, info in self._entries(target.folder):
-            yield SFTPName(name.encode("utf-8"), attrs=SFTPAttrs.from_local(info))
+        if folder.folder == REPORT_FOLDERS[0]:
+            yield self._listing.folder_entry(
+                REPORT_FOLDERS[1].rpartition("/")[2], os.fstat(self._root)
+            )
+        if folder.folder in REPORT_FOLDERS:
+            names = await self._reports.names()
+        else:
+            names = await self._listing.folder_names(folder.folder)
+        async for page in self._listing.pages(folder.folder, names):
+            for entry in page:
+                yield entry
+        if folder.folder is None:
+            yield self._listing.folder_entry(REPORT_FOLDERS[0], os.fstat(self._root))
 
-    def _entries(self, folder: str | None) -> list[tuple[str, os.stat_result]]:
-        if folder in REPORT_FOLDERS:
-            found = self._reports.entries(folder)
-            if folder == REPORT_FOLDERS[0]:
-                found.insert(0, (REPORT_FOLDERS[1].rpartition("/")[2], os.fstat(self._root)))
-            return found
-        fd = self._folder_fd(folder)
-        try:
-            found = []
-            for name in sorted(os.listdir(fd)):
-                info = stat_at(fd, name) if listed(folder, name) else None
-                if info is not None and visible(info, Target(folder, name)):
-                    found.append((name, info))
-        finally:
-            os.close(fd)
-        if folder is None:
-            found.append((REPORT_FOLDERS[0], os.fstat(self._root)))
-        return found
+    def format_user(self, uid: int | None) -> str:
+        """The `ls -l` owner name, looked up once per uid (listing.py)."""
+        return user_name(uid)
+
+    def format_group(self, gid: int | None) -> str:
+        """The `ls -l` group name, looked up once per gid (listing.py)."""
+        return group_name(gid)
 
     def statvfs(self, path: bytes) -> os.statvfs_result:
         """Free space of the client folder's file system."""
@@ -177,7 +184,7 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
 
     # -- files ----------------------------------------------------------------------------
 
-    def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> upload.Upload | Download:
+    async def open(self, path: bytes, pflags: int, attrs: SFTPAttrs) -> upload.Upload | Download:
         """Start an upload, or open a receipt, error file or report for reading; either
         takes one of the session's and the client's open-file slots (bounds.py)."""
         target = parse_path(path)
@@ -189,7 +196,7 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         try:
             if pflags & FXF_WRITE:
                 return upload.start(self._root, target, pflags, self._bounds)
-            return Download(self._open_readable(target))
+            return Download(await self._open_readable(target))
         except SFTPQuotaExceeded as exc:
             self._bounds.close_file()
             self._report(str(target), 0, f"refused ({exc.reason})", None)
@@ -198,14 +205,14 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
             self._bounds.close_file()
             raise
 
-    def _open_readable(self, target: Target) -> int:
+    async def _open_readable(self, target: Target) -> int:
         if target.folder is None or target.name is None:
             raise SFTPPermissionDenied(
                 "only files in accepted/, rejected/ and reports/ can be read"
             )
         folder = self._folder_fd(target.folder)
         try:
-            if self._find(folder, target) is None:
+            if await self._find(folder, target) is None:
                 raise SFTPNoSuchFile("no such file")
             fd = os.open(
                 target.name,
@@ -235,29 +242,21 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
             raise SFTPPermissionDenied("accepted/, rejected/ and reports/ are read-only")
         return upload.write(self._root, file_obj, offset, data, self._max_bytes)
 
-    def close(self, file_obj: object) -> None:
-        """Finish a download; rename a complete upload into place (see `_session_over`)."""
+    async def close(self, file_obj: object) -> None:
+        """Finish a download; make a complete upload durable in place, then answer
+        (durable.py; see `_session_over`)."""
         self._bounds.close_file()
         if isinstance(file_obj, Download):
             os.close(file_obj.fd)
             return
         assert isinstance(file_obj, upload.Upload)
-        if file_obj.error:
-            self._report(file_obj.name, file_obj.size, f"refused ({file_obj.error})", None)
-            if not self._session_over():
-                raise SFTPFailure(file_obj.error)
-            return
-        if self._session_over():
-            upload.discard(self._root, file_obj)
-            self._report(file_obj.name, file_obj.size, "dropped", None)
-            return
-        try:
-            digest = upload.complete(self._root, file_obj)
-        except Exception as exc:  # noqa: BLE001 - whatever failed, no partial file stays
-            upload.discard(self._root, file_obj)
-            self._report(file_obj.name, file_obj.size, f"failed ({exc})", None)
-            raise SFTPFailure("could not complete the upload; upload it again") from None
-        self._report(file_obj.name, file_obj.size, "completed", digest)
+        await upload.close(
+            self._root,
+            file_obj,
+            self._folder_sync,
+            self._report,
+            by_client=not self._session_over(),
+        )
 
     def _session_over(self) -> bool:
         """Whether this close comes from asyncssh's clean-up of a finished session.
@@ -277,10 +276,10 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
             raise SFTPFailure("upload already discarded")
         return os.fstat(file_obj.fd)
 
-    def fsync(self, file_obj: object) -> None:
-        """Flush an upload (a close always does)."""
+    async def fsync(self, file_obj: object) -> None:
+        """Flush an upload (a close always does), off the event loop."""
         if isinstance(file_obj, upload.Upload) and file_obj.fd >= 0:
-            os.fsync(file_obj.fd)
+            await asyncio.to_thread(os.fsync, file_obj.fd)
 
     def fsetstat(self, file_obj: object, attrs: SFTPAttrs) -> None:
         """Times only (`put -p`, WinSCP); other attributes are ignored."""
@@ -305,8 +304,13 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
     # -- names ----------------------------------------------------------------------------
 
     def remove(self, path: bytes) -> None:
-        """Remove one of the client's own pending files."""
-        name = writable_name(parse_path(path))
+        """Remove one of the client's own pending files, or a rejected drop or error file
+        (they take room of its quota until then)."""
+        target = parse_path(path)
+        if target.folder == REJECTED and target.name is not None:
+            remove_rejected(self._root, target.name)
+            return
+        name = writable_name(target)
         info = stat_at(self._root, name)
         if info is None or not stat.S_ISREG(info.st_mode):
             raise SFTPNoSuchFile("no such file")

@@ -6,8 +6,9 @@
   that keeps failing locks out only itself, an address spraying many user names is refused
   for all of them. A connection that starts to log in as a user and never succeeds is one
   failure for that user;
-- a client at its session limit is disconnected after its login: that is a refusal, never
-  a failed login, so retrying past the limit locks nobody out.
+- a client at its session limit, or disabled or removed by the operator, is disconnected
+  after its login with the reason (`client_disabled: ...`): that is a refusal, never a
+  failed login, so retrying locks nobody out, and only the key's holder learns the reason.
 """
 
 from __future__ import annotations
@@ -129,6 +130,14 @@ class Gate(asyncssh.SSHServer):
         """The login succeeded: open the session unless the client is at its limit."""
         assert self.conn is not None and self.username is not None
         client_id, self.username = self.username, None  # nothing left to count as failed
+        refusal = self.endpoint.keys.refusal(client_id)
+        if refusal is not None:
+            log.warning(
+                "sftp: login of %s from %s refused: %s", client_id, self.peer, refusal, extra=AUDIT
+            )
+            self.conn.disconnect(asyncssh.DISC_NO_MORE_AUTH_METHODS_AVAILABLE, refusal)
+            return
+        self.endpoint.keys.note_use(client_id, self.fingerprint)
         session = Session(client_id, self.fingerprint, self.peer)
         if self.endpoint.opened(self.conn, session):
             self.authenticated = True

@@ -7,15 +7,23 @@ the client's batches (from the state folder, read-only) whose report is in the o
 `reports/undelivered/` those kept there. A batch id the client does not own does not exist
 in its view, whatever path names it. The listing costs the client's own batches, never the
 other clients' reports.
+
+The state is read on one thread of the view's own, never on the event loop (a client with
+thousands of batches would hold every other session up) and never from two threads at once;
+listing.py states and sends the listing a page at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from asyncssh import SFTPFailure, SFTPNoSuchFile
 
@@ -32,6 +40,7 @@ UNDELIVERED = f"{REPORTS_DIR}/{UNDELIVERED_DIR}"
 FOLDERS = (REPORTS_DIR, UNDELIVERED)
 """The view's folders, as `paths.Target.folder` names them."""
 REPORT_SUFFIX = ".json"
+Result = TypeVar("Result")
 
 
 class Owners:
@@ -42,9 +51,19 @@ class Owners:
     """
 
     def __init__(self, state_dir: Path) -> None:
-        """The store is opened on first use (the service may not have created it yet)."""
+        """The store is opened on first use (the service may not have created it yet), on
+        the one thread that reads it."""
         self.state_dir = state_dir
         self._store: Store | None = None
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sftp-state")
+
+    async def read(self, question: Callable[[], Result]) -> Result:
+        """Run `question` (batch_ids, owns) on the state's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._reader, question)
+
+    def close(self) -> None:
+        """Stop the state's thread (reads not yet started are dropped)."""
+        self._reader.shutdown(wait=False, cancel_futures=True)
 
     def _opened(self) -> Store | None:
         if self._store is None:
@@ -55,7 +74,8 @@ class Owners:
         return self._store
 
     def batch_ids(self, client_id: str) -> list[str]:
-        """Every batch of the client, live and archived, newest first."""
+        """Every batch of the client, live and archived, newest first (on the state's
+        thread: `read`)."""
         store = self._opened()
         if store is None:
             return []
@@ -66,7 +86,7 @@ class Owners:
         return [row.batch_id for row in rows]
 
     def owns(self, client_id: str, batch_id: str) -> bool:
-        """Whether `batch_id` names a batch of `client_id`."""
+        """Whether `batch_id` names a batch of `client_id` (on the state's thread: `read`)."""
         store = self._opened()
         if store is None or not is_valid_id(batch_id):
             return False
@@ -107,30 +127,21 @@ class ReportsView:
         finally:
             os.close(outbox)
 
-    def entries(self, folder: str) -> list[tuple[str, os.stat_result]]:
-        """The client's reports in `folder`: (file name, attributes), newest batch first."""
-        try:
-            fd = self.folder_fd(folder)
-        except SFTPNoSuchFile:
-            return []
-        try:
-            found = []
-            for batch_id in self.owners.batch_ids(self.client_id):
-                name = f"{batch_id}{REPORT_SUFFIX}"
-                info = stat_at(fd, name)
-                if info is not None and stat.S_ISREG(info.st_mode):
-                    found.append((name, info))
-            return found
-        finally:
-            os.close(fd)
+    async def names(self) -> list[str]:
+        """The file names of the client's reports, newest batch first (whether each is in
+        a folder is for the listing to find)."""
+        batch_ids = await self.owners.read(lambda: self.owners.batch_ids(self.client_id))
+        return [f"{batch_id}{REPORT_SUFFIX}" for batch_id in batch_ids]
 
-    def find(self, folder_fd: int, name: str) -> os.stat_result | None:
+    async def find(self, folder_fd: int, name: str) -> os.stat_result | None:
         """The attributes of the client's own report `name` in an open view folder."""
-        if not self._owned(name):
+        if not await self._owned(name):
             return None
         info = stat_at(folder_fd, name)
         return info if info is not None and stat.S_ISREG(info.st_mode) else None
 
-    def _owned(self, name: str) -> bool:
+    async def _owned(self, name: str) -> bool:
         batch_id = name.removesuffix(REPORT_SUFFIX)
-        return name.endswith(REPORT_SUFFIX) and self.owners.owns(self.client_id, batch_id)
+        if not name.endswith(REPORT_SUFFIX):
+            return False
+        return await self.owners.read(lambda: self.owners.owns(self.client_id, batch_id))

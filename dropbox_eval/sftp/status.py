@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..store.secrecy import private_folder
 from ..util.fileio import write_json
 from ..util.locks import held_elsewhere
+from ..util.timestamps import rfc3339
 
 if TYPE_CHECKING:  # asyncssh is imported only by what needs it: `status` stays light
     import asyncssh
@@ -66,6 +67,16 @@ def _read_host_key(path: Path) -> asyncssh.SSHKey:
         raise ConfigError(f"{path}: cannot read the SFTP host key ({exc})") from None
 
 
+def known_hosts_line(state_dir: Path, host: str, port: int) -> str:
+    """The line a client puts in its `known_hosts` to pin the endpoint's host key (the key
+    is created now if the endpoint never ran: it is the one the endpoint will load), as
+    OpenSSH writes it: `[host]:port` unless the port is 22."""
+    key = load_or_create_host_key(state_dir)
+    public = key.export_public_key("openssh").decode("ascii").split()
+    where = host if port == 22 else f"[{host}]:{port}"
+    return f"{where} {public[0]} {public[1]}"
+
+
 def host_key_fingerprint(state_dir: Path) -> str | None:
     """SHA256 fingerprint of the stored host key, or None before the first start."""
     path = state_dir / "sftp" / f"{HOST_KEY_NAME}.pub"
@@ -79,7 +90,7 @@ def host_key_fingerprint(state_dir: Path) -> str | None:
 
 def endpoint_lock(state_dir: Path) -> FileLock:
     """The lock a running endpoint holds."""
-    return FileLock(str(sftp_folder(state_dir) / "sftp.lock"))
+    return FileLock(str(sftp_folder(state_dir) / "sftp.lock"), mode=0o600)
 
 
 def write_status(state_dir: Path, record: dict[str, Any]) -> None:
@@ -96,6 +107,8 @@ def sftp_status(state_dir: Path) -> dict[str, Any]:
         record: dict[str, Any] = json.loads((folder / "status.json").read_text("utf-8"))
     except (OSError, ValueError):
         record = {}
+    if "started_at" in record:  # an older version wrote microseconds and +00:00
+        record["started_at"] = rfc3339(record["started_at"])
     record["running"] = held_elsewhere(endpoint_lock(state_dir))
     record["host_key"] = host_key_fingerprint(state_dir)
     return record

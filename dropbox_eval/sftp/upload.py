@@ -1,13 +1,17 @@
-"""One upload through the SFTP endpoint: written under a hidden name, renamed into place
-when the client closes it, removed when it cannot complete (size limit, storage quota,
-resume, a session that ended first)."""
+"""One upload through the SFTP endpoint: written under a hidden name and hashed as it is
+written, made durable and renamed into place when the client closes it (durable.py says in
+which order, and what a crash leaves), removed when it cannot complete (size limit, storage
+quota, resume, a session that ended first)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from asyncssh import (
     FXF_APPEND,
@@ -21,9 +25,14 @@ from asyncssh import (
     SFTPQuotaExceeded,
 )
 
-from ..util.fileio import hidden_name, rename_into_place
+from ..util import crashpoints
+from ..util.fileio import hidden_name
 from .bounds import SessionBounds
+from .durable import FolderSync
 from .paths import UPLOAD_PREFIX, Target, stat_at, writable_name
+
+FileReport = Callable[[str, int, str, str | None], None]
+"""Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
 
 
 @dataclass
@@ -36,6 +45,8 @@ class Upload:
     bounds: SessionBounds
     size: int = 0
     error: str | None = None
+    sha256: Any = field(default_factory=hashlib.sha256)
+    """Of the bytes written so far, while they come in order; None once a write went back."""
 
 
 def start(root: int, target: Target, pflags: int, bounds: SessionBounds) -> Upload:
@@ -83,28 +94,69 @@ def write(root: int, upload: Upload, offset: int, data: bytes, max_bytes: int) -
         discard(root, upload)
         raise SFTPFailure(upload.error)
     try:
-        upload.bounds.grow(upload.temp, max(upload.size, offset + len(data)))
+        upload.bounds.grow(upload.temp, max(upload.size, offset + len(data)), root)
     except SFTPQuotaExceeded as exc:
         upload.error = exc.reason
         discard(root, upload)
         raise
     written = os.pwrite(upload.fd, data, offset)
+    if upload.sha256 is not None and offset == upload.size:
+        upload.sha256.update(data[:written])
+    elif offset < upload.size:
+        upload.sha256 = None  # a write over earlier bytes: hashed again at the close
     upload.size = max(upload.size, offset + written)
     return written
 
 
-def complete(root: int, upload: Upload) -> str:
-    """fsync, then rename the hidden file into place; the sha256 of what was written."""
+async def close(
+    root: int, upload: Upload, folder: FolderSync, report: FileReport, *, by_client: bool
+) -> None:
+    """The upload's handle was closed, `by_client` or by the end of its session: complete
+    it, or remove it; either way `report` it once. Raises the SFTP error the client sees."""
+    if upload.error:
+        report(upload.name, upload.size, f"refused ({upload.error})", None)
+        if by_client:
+            raise SFTPFailure(upload.error)
+        return
+    if not by_client:
+        discard(root, upload)
+        report(upload.name, upload.size, "dropped", None)
+        return
+    try:
+        digest = await complete(root, upload, folder)
+    except Exception as exc:  # noqa: BLE001 - whatever failed, no partial file stays
+        discard(root, upload)
+        report(upload.name, upload.size, f"failed ({exc})", None)
+        raise SFTPFailure("could not complete the upload; upload it again") from None
+    report(upload.name, upload.size, "completed", digest)
+
+
+async def complete(root: int, upload: Upload, folder: FolderSync) -> str:
+    """Make the upload durable in place (durable.py: fsync, rename, the folder's shared
+    fsync); the sha256 of what was written. The disk waits run off the event loop."""
+    if upload.sha256 is not None:
+        digest: str = upload.sha256.hexdigest()
+    else:
+        digest = await asyncio.to_thread(_hash_file, upload.fd)
+    with crashpoints.operation("sftp-upload"):
+        await asyncio.to_thread(os.fsync, upload.fd)
+        crashpoints.wrote(f"fsync {upload.temp}")
+        os.close(upload.fd)
+        upload.fd = -1
+        os.replace(upload.temp, upload.name, src_dir_fd=root, dst_dir_fd=root)
+        crashpoints.wrote(f"rename {upload.name}")
+        upload.bounds.end_upload(upload.temp, kept=True)
+        await folder.synced(root)
+        crashpoints.wrote("fsync the client folder")
+    return digest
+
+
+def _hash_file(fd: int) -> str:
     digest = hashlib.sha256()
     offset = 0
-    while chunk := os.pread(upload.fd, 1 << 20, offset):
+    while chunk := os.pread(fd, 1 << 20, offset):
         digest.update(chunk)
         offset += len(chunk)
-    os.fsync(upload.fd)
-    os.close(upload.fd)
-    upload.fd = -1
-    rename_into_place(root, upload.temp, upload.name)
-    upload.bounds.end_upload(upload.temp, kept=True)
     return digest.hexdigest()
 
 

@@ -12,9 +12,12 @@ Layout under the state folder::
     keys/<client_id>/<key>        duplicate-drop keys (sha256 of the bytes, batch_ref) -> id
     archive/batches.jsonl         summary rows of emitted batches (append-only)
     archive/clients/<client_id>/  that client's archived batch rows and ledger entries
-    archive/<YYYYMM>/             emitted batches' record and task files, moved out of the
-                                  live folders (nothing globs them)
+    archive/<YYYYMM>/history.*    emitted batches: one entry each (its record and tasks) in
+                                  an append-only segment, and where each is (history.py);
+                                  states archived before it keep `batches/` and `tasks/`
+                                  files here, read where they are
     leases/<batch_id>.lock        per-batch lease of a live batch
+    audit.jsonl                   the operators' actions, one JSON line each (audit.py)
     store.lock                    inter-process lock held around every read-modify-write
                                   (a transaction holds it over its block and its writes)
 
@@ -25,6 +28,6 @@ newest page from the end of an append-only file.
 
 from __future__ import annotations
 
-from .contract import SUMMARY_FIELDS, BatchRow, Store, TaskChanges, Transaction
+from .contract import SUMMARY_FIELDS, BatchRow, HistoryPage, Store, TaskChanges, Transaction
 
-__all__ = ["SUMMARY_FIELDS", "BatchRow", "Store", "TaskChanges", "Transaction"]
+__all__ = ["SUMMARY_FIELDS", "BatchRow", "HistoryPage", "Store", "TaskChanges", "Transaction"]

@@ -4,7 +4,8 @@
 holds that client's batches and ledger entries, so listing a client's newest page reads
 that page from the end of one file: the cost follows the page, not the history. A crash
 between appending and dropping the live rows appends the same rows again; readers keep
-the first of each id.
+the first of each id. A batch removed for good gets a tombstone row (`bury`), which
+hides its earlier rows from every reader.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .files import append_lines, newest_lines, read_lines
+from .files import append_lines, newest_lines, newest_lines_at, read_lines
 
 Row = dict[str, Any]
 
@@ -36,13 +37,35 @@ class Archive:
 
     def newest_batches(self, client_id: str | None = None) -> Iterator[Row]:
         """Archived batch rows, newest first (one client's, or everyone's)."""
+        for _offset, row in self.batches_before(client_id):
+            yield row
+
+    def batches_before(
+        self, client_id: str | None = None, end: int | None = None
+    ) -> Iterator[tuple[int, Row]]:
+        """(offset, row) of the archived batch rows that start before `end` in the
+        archive file (the end if None), newest archived first, buried ones left out: an
+        offset is a cursor into the history's order, which appending never moves."""
         path = self._client(client_id, "batches") if client_id else self.folder / "batches.jsonl"
-        yield from _first_of_each(newest_lines(path), "batch_id")
+        seen: set[str] = set()
+        for offset, row in newest_lines_at(path, end):
+            batch_id = str(row.get("batch_id"))
+            if batch_id not in seen:
+                seen.add(batch_id)
+                if not row.get("tombstone"):
+                    yield offset, row
+
+    def bury(self, batch_id: str, client_id: str, at: str) -> None:
+        """Hide an archived batch's rows from every listing (a tombstone row each)."""
+        tombstone = {"batch_id": batch_id, "client_id": client_id, "tombstone": at}
+        append_lines(self._client(client_id, "batches"), [tombstone])
+        append_lines(self.folder / "batches.jsonl", [tombstone])
 
     def all_batches(self) -> list[Row]:
         """Every archived batch row, oldest first (reads the whole history)."""
-        rows = list(_first_of_each(iter(read_lines(self.folder / "batches.jsonl")), "batch_id"))
-        return rows
+        rows = read_lines(self.folder / "batches.jsonl")
+        buried = {row.get("batch_id") for row in rows if row.get("tombstone")}
+        return [r for r in _first_of_each(iter(rows), "batch_id") if r["batch_id"] not in buried]
 
     def all_ledger(self) -> Iterator[Row]:
         """Every client's archived ledger entries (reads the whole history)."""

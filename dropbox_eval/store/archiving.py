@@ -1,9 +1,11 @@
-"""Archiving: an emitted batch leaves the live folders and the index, and what it adds up
-to joins the archive's running totals (totals.py)."""
+"""Archiving: an emitted batch leaves the live folders and the index for one entry in the
+history (history.py), and what it adds up to joins the archive's running totals
+(totals.py). State folders archived before the history keep each batch's record and tasks
+as two files under `archive/<YYYYMM>/`; they are read where they are."""
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFoundError
@@ -11,9 +13,8 @@ from ..models import BatchRecord, TaskRecord, utcnow
 from ..util import crashpoints
 from ..util.fileio import write_atomically
 from . import totals
-from .files import AtomicJSONStorage, unlink_quietly
-from .listing import duplicate_keys
-from .rows import summary_row
+from .files import AtomicJSONStorage, read_table, unlink_quietly
+from .rows import duplicate_keys, summary_row
 
 if TYPE_CHECKING:
     from .base import StoreBase as _Base
@@ -29,6 +30,15 @@ class Archiving(_Base):
         def get_tasks(self, batch_id: str) -> list[TaskRecord]:
             """Every task of the batch (engine.py)."""
 
+        def get_batch(self, batch_id: str) -> BatchRecord:
+            """The batch record (engine.py)."""
+
+        def live_report(self, batch_id: str) -> bytes | None:
+            """The report fixed for a live batch (reports.py)."""
+
+        def report_file(self, batch_id: str) -> Path:
+            """Where a live batch's fixed report is (reports.py)."""
+
     def write_keys(self, batch: BatchRecord) -> None:
         """Write a batch's missing duplicate keys (sha256 of the bytes, batch_ref) as it
         leaves the index (`archive`): while a batch is live its index row finds its
@@ -42,7 +52,7 @@ class Archiving(_Base):
         """Move an emitted batch out of the index. Write order (each step idempotent, and a
         restart finishes the rest): any duplicate key it lacks, its archive rows (readers
         dedupe), then one index write that drops its row and ledger entries and counts it,
-        then its files moved out of the live folders."""
+        then its history entry (record and tasks), then its live files removed."""
         with self.locked(), crashpoints.operation("archive"):
             if any(r["batch_id"] == batch.batch_id for r in self._live_rows()):
                 self._archive_row(batch)
@@ -99,30 +109,80 @@ class Archiving(_Base):
         totals.backfill(
             counts_doc,
             self.archive_rows.all_batches(),
-            self.tasks.read,
+            self._archived_task_docs,
             self.archive_rows.all_ledger(),
             {str(r["batch_id"]) for r in data["batches"].values()},
         )
 
     def _move_to_archive(self, batch_id: str) -> None:
+        """The live record and tasks become one history entry (again if the entry the
+        history holds is not the live record: a crash, or a change, came between), then
+        the live files go."""
         with self.locked(), self.record_locked(batch_id):
-            self.tasks.archive_to(batch_id)
             live = self.batches_dir / f"{batch_id}.json"
-            if live.exists():
-                target = self.archive_dir / batch_id[:6] / "batches" / live.name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(live, target)
-                crashpoints.wrote(f"archived {live.name}")
+            rows = read_table(live, "batch")
+            if rows:
+                if self.history.record(batch_id) != rows[0]:
+                    report = self.live_report(batch_id)
+                    self.history.add(rows[0], self.tasks.folded(batch_id), report)
+                base = self.tasks.live / f"{batch_id}.json"
+                for path in (self.tasks.journal(base), base, self.report_file(batch_id), live):
+                    unlink_quietly(path)
         unlink_quietly(self.leases_dir / f"{batch_id}.lock")
         self.parsed_tasks.forget(batch_id)
 
+    def bury_batch(self, batch_id: str, *, reason: str) -> bool:
+        """Replace an archived batch by a tombstone (contract.py). Write order: the listing
+        rows' tombstones, the history's, then one index write uncounting it; a crash
+        before the last leaves it counted, and burying it again finishes (the listing's
+        tombstones then repeat, which readers take once)."""
+        with self.locked():
+            if any(r["batch_id"] == batch_id for r in self._live_rows()):
+                return False
+            try:
+                batch = self.get_batch(batch_id)
+            except NotFoundError:
+                return False
+            at = utcnow().isoformat()
+            self.archive_rows.bury(batch_id, batch.client_id, at)
+            self.history.bury(batch_id, {"at": at, "reason": reason, "status": batch.status})
+            for kind in ("batches", "tasks"):  # an older state's two files
+                unlink_quietly(self.archive_dir / batch_id[:6] / kind / f"{batch_id}.json")
+            with self._index_change() as data:
+                _count(data["counts"], batch, -1)
+        return True
 
-def _count(table: dict[str, Any], batch: BatchRecord) -> None:
-    """Count an archived batch per status, for everyone and for its client."""
+    def archived_record(self, batch_id: str) -> BatchRecord | None:
+        """The record of a batch the history holds (None: not there, or buried)."""
+        row = self.history.record(batch_id)
+        return None if row is None else BatchRecord.model_validate(row)
+
+    def archived_tasks(self, batch_id: str) -> list[TaskRecord] | None:
+        """The tasks of a batch the history holds (None: not there, or buried)."""
+        rows = self.history.tasks(batch_id)
+        return None if rows is None else [TaskRecord.model_validate(row) for row in rows]
+
+    def rewrite_archived(self, row: dict[str, Any]) -> None:
+        """Replace an archived batch's record (appended again; its tasks stay)."""
+        self.history.replace_record(row)
+
+    def _archived_task_docs(self, batch_id: str) -> list[dict[str, Any]]:
+        """An archived batch's tasks as stored, from the history or an older state's file."""
+        found = self.history.tasks(batch_id)
+        return self.tasks.read(batch_id) if found is None else found
+
+
+def _count(table: dict[str, Any], batch: BatchRecord, by: int = 1) -> None:
+    """Count an archived batch per status, for everyone and for its client (`by` -1:
+    uncount a buried one)."""
     doc = table.setdefault("1", {})
     for scope in ("all", f"client:{batch.client_id}"):
         per_status = doc.setdefault(scope, {})
-        per_status[str(batch.status)] = per_status.get(str(batch.status), 0) + 1
+        left = per_status.get(str(batch.status), 0) + by
+        if left > 0:
+            per_status[str(batch.status)] = left
+        else:
+            per_status.pop(str(batch.status), None)
 
 
 def _with_tables(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

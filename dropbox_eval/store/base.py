@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from ..errors import NoState, StoreError, storage_error, storage_errors
 from ..util.locks import SharedLock
 from .archive import Archive
 from .files import AtomicJSONStorage, ParsedFile, unlink_quietly
+from .history import History
 from .rows import Row
 from .secrecy import private_folder
 from .taskcache import ParsedTasks
@@ -39,15 +41,21 @@ class StoreBase:
         self.keys_dir = state_dir / "keys"
         self.archive_dir = state_dir / "archive"
         self.leases_dir = state_dir / "leases"
+        self.reports_dir = state_dir / "reports"  # ended batches' reports (reports.py)
         self.tasks = TaskFiles(state_dir / "tasks", self.archive_dir)
         self.archive_rows = Archive(self.archive_dir)
+        self.history = History(self.archive_dir)
         self._lock = SharedLock(state_dir / "store.lock")
         self._parsed_index = ParsedFile()  # index.json, parsed again only when it changed
+        self._view = threading.local()  # the index as a group commit changes it (`group_view`)
+        self.fresh_ids: set[str] = set()  # fresh copies this process wrote, not sealed yet
+        self.sealed_ids: set[str] = set()  # fresh copies the next index write leaves out
         self.record_locks_dir = state_dir / "record-locks"
         self._record_locks = [
             SharedLock(self.record_locks_dir / f"{n:02d}.lock") for n in range(RECORD_STRIPES)
         ]
         self.parsed_tasks = ParsedTasks(self.tasks)
+        self.tasks.compactor = self.parsed_tasks.compact  # from the parsed tasks, if kept
         if read_only:
             if not self.batches_dir.is_dir():
                 raise NoState(f"no state folder at {state_dir}")
@@ -75,7 +83,7 @@ class StoreBase:
         Only old temp files: another process may be mid-write."""
         cutoff = time.time() - STALE_TEMP_SECONDS
         with self.locked():
-            for folder in (self.state_dir, self.batches_dir, self.tasks.live):
+            for folder in (self.state_dir, self.batches_dir, self.tasks.live, self.reports_dir):
                 for tmp in folder.glob(".*.tmp"):
                     with contextlib.suppress(FileNotFoundError):
                         if tmp.stat().st_mtime < cutoff:
@@ -87,6 +95,10 @@ class StoreBase:
                 with self.claim_issues(lease.stem) as free:
                     if free:  # else an intake is staging that batch now
                         unlink_quietly(lease)
+            self.restore_fresh()
+
+    def restore_fresh(self) -> None:
+        """Write back what a power loss took of fresh batches (groupcommit.py)."""
 
     def _new_lease(self, batch_id: str) -> None:
         """Create a new batch's lease file, so that taking the lease only opens it (filelock
@@ -99,7 +111,7 @@ class StoreBase:
     def claim_issues(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
         """Exclusive right to create or close a batch's issues, across processes; yields
         False when another holder kept it for `wait` seconds."""
-        lease = FileLock(str(self.leases_dir / f"{batch_id}.lock"))
+        lease = FileLock(str(self.leases_dir / f"{batch_id}.lock"), mode=0o600)
         try:
             with storage_errors(lease.lock_file):
                 lease.acquire(timeout=wait)
@@ -149,11 +161,45 @@ class StoreBase:
         Changes that belong together (a batch row, its ledger entry and the new balance)
         then land together or not at all, whatever instant the process dies.
         """
-        storage = _IndexStorage(str(self.state_dir / "index.json"), self)
         with self.locked():
-            data = _writable(storage.read() or {})
+            data = self.writable_index()
             yield data
-            storage.write(data)
+            self.write_index(data)
+
+    def index_data(self) -> dict[str, dict[str, Any]]:
+        """The index as it is (or as the group commit under way in this thread changed it);
+        shared: not to be edited (`index_copy`)."""
+        return _IndexStorage(str(self.state_dir / "index.json"), self).read() or {}
+
+    def writable_index(self) -> dict[str, dict[str, Any]]:
+        """A copy of the index that a change may edit (`index_copy`)."""
+        return index_copy(self.index_data())
+
+    def cached_index(self) -> dict[str, dict[str, Any]] | None:
+        """The index as this process last read or wrote it, without looking at the file."""
+        return self._parsed_index.cached()
+
+    def write_index(self, data: dict[str, dict[str, Any]]) -> None:
+        """Replace the index with `data` in one atomic write; the caller holds the lock.
+        Fresh copies that were sealed since, or whose batch left the index, are left out."""
+        sealed = set(self.sealed_ids)
+        fresh = data.pop("fresh", None)
+        if fresh:
+            live = {row["batch_id"] for row in data["batches"].values()}
+            kept = {k: v for k, v in fresh.items() if k in live and k not in sealed}
+            if kept:
+                data["fresh"] = kept
+        _IndexStorage(str(self.state_dir / "index.json"), self).write(data)
+        self.sealed_ids -= sealed
+
+    @contextlib.contextmanager
+    def group_view(self, data: dict[str, dict[str, Any]]) -> Iterator[None]:
+        """Reads of the index in this thread see `data` (a group commit's changes so far)."""
+        self._view.data = data
+        try:
+            yield
+        finally:
+            self._view.data = None
 
     def _batch_file(self, batch_id: str) -> Path:
         live = self.batches_dir / f"{batch_id}.json"
@@ -204,16 +250,20 @@ class StoreBase:
         record whose index row was never written is not a batch yet)."""
         if self.index_names(batch_id):
             return True
-        return self._batch_file(batch_id) != self.batches_dir / f"{batch_id}.json"
+        if self._batch_file(batch_id) != self.batches_dir / f"{batch_id}.json":
+            return True  # archived by an older version, as two files
+        return self.history.holds(batch_id)
 
     def index_names(self, batch_id: str) -> bool:
         """Whether the index has a row for the batch (its intake committed, it is live)."""
-        return any(row["batch_id"] == batch_id for row in self._live_rows())
+        rows = self.index_data().get("batches", {}).values()
+        return any(row["batch_id"] == batch_id for row in rows)
 
     def _live_rows(self) -> list[Row]:
-        """The index's live batch rows (a cache of their records' summary fields)."""
-        with self._index() as db:
-            return [dict(r) for r in db.table("batches").all()]
+        """The index's live batch rows (a cache of their records' summary fields), in
+        order. Shared with every reader of the parsed index: read them, never edit them (a
+        change replaces a row, `index_copy`)."""
+        return list(self.index_data().get("batches", {}).values())
 
 
 @contextlib.contextmanager
@@ -226,13 +276,17 @@ def _taken(lock: SharedLock) -> Iterator[None]:
         yield
 
 
-def _writable(data: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+BIG_TABLES = ("ledger", "batches", "fresh")
+
+
+def index_copy(data: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """A copy of the index that a change may edit: the parsed index is shared by readers.
     The big tables are copied one level deep (a change adds, removes or replaces their rows,
     never edits one in place); the small ones whole."""
-    copied = copy.deepcopy({k: v for k, v in data.items() if k not in ("ledger", "batches")})
-    for name in ("ledger", "batches"):
-        copied[name] = dict(data.get(name, {}))
+    copied = copy.deepcopy({k: v for k, v in data.items() if k not in BIG_TABLES})
+    for name in BIG_TABLES:
+        if name in data or name != "fresh":
+            copied[name] = dict(data.get(name, {}))
     for name in ("clients", "counts"):
         copied.setdefault(name, {})
     return copied
@@ -244,10 +298,12 @@ class _IndexStorage(AtomicJSONStorage):
 
     def __init__(self, path: str, store: StoreBase) -> None:
         super().__init__(path)
+        self._store = store
         self._parsed = store._parsed_index
 
     def read(self) -> dict[str, dict[str, Any]] | None:
-        return self._parsed.read(self._path)
+        view: dict[str, dict[str, Any]] | None = getattr(self._store._view, "data", None)
+        return view if view is not None else self._parsed.read(self._path)
 
     def write(self, data: dict[str, dict[str, Any]]) -> None:
         self._parsed.write(self._path, data)

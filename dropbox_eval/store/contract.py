@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from ..models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
 
 if TYPE_CHECKING:
+    from .audit import AuditEntry
     from .totals import Snapshot
 
 TaskChanges = dict[str, dict[str, Any]]  # task_id -> the fields that change
@@ -62,6 +63,15 @@ class BatchRow(BaseModel):
 SUMMARY_FIELDS = tuple(BatchRow.model_fields)
 
 
+class HistoryPage(BaseModel):
+    """One page of archived batches and the cursor of the next (None: the last page)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rows: list[BatchRow]
+    next_cursor: str | None = None
+
+
 class Transaction(Protocol):
     """Changes that land together when the transaction's block ends, in the order made;
     none of them when the block raises. Its reads see its own changes."""
@@ -84,7 +94,7 @@ class Transaction(Protocol):
         self, batch_id: str, *, settlement: list[LedgerEntry] | None = None, **fields: Any
     ) -> BatchRecord:
         """Change batch fields (and post the batch's `settlement` once, when it ends);
-        returns the record as it will be."""
+        returns the record as it will be. `report`: as `Store.update_batch`."""
         ...
 
     def update_tasks(self, batch_id: str, changes: TaskChanges) -> None:
@@ -125,6 +135,24 @@ class Store(Protocol):
         write ahead, unseen until the commit and removed if not recorded."""
         ...
 
+    def arriving(self) -> AbstractContextManager[None]:
+        """Around an intake's checks and its `commit_new`: the commit may wait a moment for
+        the intakes on their way, to write them in one group."""
+        ...
+
+    def commit_new(
+        self,
+        batch: BatchRecord,
+        tasks: list[TaskRecord],
+        decide: Callable[[], LedgerEntry | None],
+    ) -> None:
+        """Record a new batch with its tasks and the hold `decide` returns, durably, in one
+        write with the other new batches waiting at the store lock (a group commit).
+        `decide` runs under the lock, on the store as the group has changed it so far,
+        maybe on another thread (in this one's context); it raises to record nothing, and
+        this raises the same."""
+        ...
+
     # -- batches ----------------------------------------------------------------------
 
     def get_batch(self, batch_id: str) -> BatchRecord:
@@ -140,6 +168,11 @@ class Store(Protocol):
         its cost follows what changed since the last read, not the batch's size."""
         ...
 
+    def get_report(self, batch_id: str) -> bytes | None:
+        """The report fixed when the batch ended (`update_batch(report=...)`), its bytes as
+        delivered; None when none was fixed (running, unknown, or ended without one)."""
+        ...
+
     def update_batch(
         self,
         batch_id: str,
@@ -149,7 +182,9 @@ class Store(Protocol):
         **fields: Any,
     ) -> BatchRecord:
         """Change batch fields; returns the new record. `when` refuses the change (the
-        record is returned as it is) unless the record as read satisfies it."""
+        record is returned as it is) unless the record as read satisfies it. `report`
+        (bytes: the close's report) is kept beside the record, not in it (`get_report`),
+        written before the record's change."""
         ...
 
     def update_tasks(self, batch_id: str, changes: TaskChanges) -> None:
@@ -198,10 +233,36 @@ class Store(Protocol):
         offset: int = 0,
         finished: bool = False,
         matches: int | None = None,
+        after: str | None = None,
     ) -> list[BatchRow]:
-        """One page of rows, newest created first (only ended batches if `finished`);
-        the cost follows `offset + limit`. `matches`: how many rows the filter matches in
-        all (`count_batches`), if known."""
+        """One page of rows: live batches first, newest created first, then archived ones,
+        newest ended first (only ended batches if `finished`); the cost follows
+        `offset + limit`, never how the history's batches overlapped in time. `matches`:
+        how many rows the filter matches in all (`count_batches`), if known. `after`: a
+        cursor, only the rows listed after that batch's row (read up to it, like an
+        offset; `history_page`'s cursor costs only its page)."""
+        ...
+
+    def history_page(
+        self,
+        *,
+        client_id: str | None = None,
+        status: BatchStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> HistoryPage:
+        """Archived batches only, newest ended first (by `(ended_at, batch_id)` as they
+        were archived), from `cursor` (an opaque `next_cursor` of an earlier page; None:
+        the newest): the page and the next page's cursor. A page costs its rows, whatever
+        the history before it; a cursor stays valid while batches are archived and buried
+        (a buried batch is left out of the pages after it). ValueError: not a cursor."""
+        ...
+
+    def bury_batch(self, batch_id: str, *, reason: str) -> bool:
+        """Replace an archived batch by a tombstone: its record, tasks and listing rows are
+        gone from every read (NotFoundError, as for an unknown id) and it is no longer
+        counted; its ledger entries and running totals stay. False when it is not
+        archived (live, unknown, or buried already)."""
         ...
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
@@ -210,6 +271,18 @@ class Store(Protocol):
 
     def live_repos(self) -> set[str]:
         """The repos (case-folded) of batches not yet archived."""
+        ...
+
+    # -- erasing (tombstones.py) --------------------------------------------------------
+
+    def tombstone(self, batch_id: str) -> dict[str, Any] | None:
+        """The tombstone of an erased batch; None when it was not erased."""
+        ...
+
+    def erase_batch(self, batch: BatchRecord, tombstone: dict[str, Any]) -> None:
+        """Replace an ended, settled batch by `tombstone` (what `tombstone` answers from
+        then on): out of the index (its row and ledger entries to the archive), buried
+        (`bury_batch`), its duplicate keys removed. Its ledger entries stay."""
         ...
 
     def snapshot(self) -> Snapshot:
@@ -232,6 +305,26 @@ class Store(Protocol):
 
     def settle(self, entries: list[LedgerEntry]) -> bool:
         """Post a batch's settlement entries once; False if it was settled already."""
+        ...
+
+    # -- the audit log (audit.py) -------------------------------------------------------
+
+    def record_action(
+        self,
+        action: str,
+        target: str,
+        *,
+        actor: str,
+        via: str,
+        result: str = "ok",
+        key_id: str | None = None,
+        **detail: Any,
+    ) -> None:
+        """Append one operator action (who, what, on what, how it ended) to the audit log."""
+        ...
+
+    def audit_entries(self, limit: int | None = None) -> list[AuditEntry]:
+        """The newest `limit` operator actions (all without one), oldest first."""
         ...
 
     # -- the state check (statecheck.py) ------------------------------------------------

@@ -14,19 +14,28 @@ from typing import Any
 from ..errors import NotFoundError, StoreError
 from ..models import BatchRecord, LedgerEntry, TaskRecord, is_valid_id
 from .archiving import Archiving
+from .audit import AuditTrail
 from .base import StoreBase
 from .clients import ClientStore, post_entry, settle_once
 from .contract import SUMMARY_FIELDS
 from .files import read_table, write_table
+from .groupcommit import GroupCommit
 from .listing import BatchListing
+from .reports import Reports
 from .rows import dump, encode, insert, summary_row
+from .tombstones import Tombstones
 from .transaction import PendingChanges
 
 LEASE_WAIT = 10.0  # seconds a store-lock holder waits for a new batch's lease
+# Record fields written to a fresh batch's record without a sync (groupcommit.py): losing
+# `filed` to a power loss only makes the same drop, dropped again, resume, not duplicate.
+LAZY_FIELDS = frozenset({"filed"})
 _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-beside")
 
 
-class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
+class TinyDBStore(
+    Tombstones, Archiving, Reports, BatchListing, ClientStore, AuditTrail, GroupCommit, StoreBase
+):
     """The store contract over the state folder; safe across threads and processes."""
 
     _open_transaction = threading.local()
@@ -77,7 +86,7 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
     @contextlib.contextmanager
     def staged(
         self, batch: BatchRecord, tasks: list[TaskRecord], *, wait: float = -1
-    ) -> Iterator[Callable[[LedgerEntry | None], None]]:
+    ) -> Iterator[Callable[..., None]]:
         """Write a new batch's tasks and record (and its lease file), then yield `commit`,
         which writes its index row and hold in one atomic write; the caller calls it under
         the store lock, after its own checks. Its duplicate keys come when it is archived.
@@ -94,12 +103,11 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
         """
         committed = False
 
-        def commit(hold: LedgerEntry | None) -> None:
+        def commit(hold: LedgerEntry | None, into: dict[str, Any] | None = None) -> None:
+            """`into`: the index a group commit writes (groupcommit.py), else its own."""
             nonlocal committed
-            with self._index_change() as data:
-                insert(data["batches"], summary_row(batch))
-                if hold is not None:
-                    post_entry(data, hold)
+            with contextlib.nullcontext(into) if into is not None else self._index_change() as data:
+                self.index_new(data, batch, hold)
             committed = True
 
         self._new_lease(batch.batch_id)
@@ -113,6 +121,13 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
                 if not committed:
                     self._remove_unnamed(batch.batch_id)
 
+    @staticmethod
+    def index_new(data: dict[str, Any], batch: BatchRecord, hold: LedgerEntry | None) -> None:
+        """A new batch's row and hold put in the index `data` (read under the lock)."""
+        insert(data["batches"], summary_row(batch))
+        if hold is not None:
+            post_entry(data, hold)
+
     def _remove_unnamed(self, batch_id: str) -> None:
         """A stage that did not commit: its files go, unless the commit's rename landed
         and only what followed it failed (an fsync of the folder)."""
@@ -121,8 +136,7 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
                 self._remove_batch_files(batch_id)
 
     def _write_new_files(self, batch: BatchRecord, tasks: list[TaskRecord]) -> None:
-        rows = [dump(t) for t in tasks]
-        beside = _BESIDE.submit(copy_context().run, self.tasks.create, batch.batch_id, rows)
+        beside = _BESIDE.submit(copy_context().run, self.tasks.create_from, batch.batch_id, tasks)
         try:
             write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [dump(batch)])
         finally:
@@ -141,14 +155,21 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
             if row is not None:
                 return BatchRecord.model_validate(row)
         if not self._batch_file(batch_id).exists():
-            raise NotFoundError(f"no batch {batch_id!r}")
+            archived = self.archived_record(batch_id)  # the history (archiving.py)
+            if archived is None:
+                raise NotFoundError(f"no batch {batch_id!r}")
+            return archived
         raise StoreError(f"{path} has no batch row")
 
     def get_tasks(self, batch_id: str) -> list[TaskRecord]:
         """Every task of the batch in file order; parsed again only when its base file
         changed, else brought up to date by the journal's new lines (taskcache.py). The
         caller must not change them in place."""
-        tasks = self.parsed_tasks.get(batch_id) if is_valid_id(batch_id) else None
+        if not is_valid_id(batch_id):
+            raise NotFoundError(f"no batch {batch_id!r}")
+        tasks = self.parsed_tasks.get(batch_id)
+        if tasks is None:
+            tasks = self.archived_tasks(batch_id)  # the history (archiving.py)
         if tasks is None:
             raise NotFoundError(f"no batch {batch_id!r}")
         return tasks
@@ -183,7 +204,12 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
         first, since it owns the batch's facts (status, completion, charges, delivery); then
         what derives from it in one index write: its row (a cache) and, when the batch ends,
         the ledger's `settlement` (posted once). An emitted batch is archived instead.
+        A `report` (the close's) is fixed beside the record before it (reports.py).
         """
+        report: bytes | None = fields.pop("report", None)
+        if report is not None:
+            with self.record_locked(batch_id):
+                self.write_report(batch_id, report)
         encoded = {k: encode(v) for k, v in fields.items()}
         if not settlement and not any(key in SUMMARY_FIELDS for key in fields):
             with self.record_locked(batch_id):  # the record alone: no store lock
@@ -213,12 +239,21 @@ class TinyDBStore(Archiving, BatchListing, ClientStore, StoreBase):
         record as read; the caller holds its lock."""
         path = self._batch_file(batch_id)
         rows = read_table(path, "batch")
+        archived = not rows and self.history.record(batch_id)  # the history (archiving.py)
+        if archived:
+            rows = [archived]
         if not rows:
             raise NotFoundError(f"no batch {batch_id!r}")
         if when is not None and not when(current := BatchRecord.model_validate(rows[0])):
             return current
         row = {**rows[0], **encoded}
-        write_table(path, "batch", [row])
+        if archived:
+            self.rewrite_archived(row)
+        elif set(encoded) <= LAZY_FIELDS and batch_id in self.fresh_ids:
+            write_table(path, "batch", [row], False)  # the fresh copy stands for it
+        else:
+            with self.sealing(batch_id):  # a fresh copy may go once this lands
+                write_table(path, "batch", [row])
         return BatchRecord.model_validate(row)
 
     def refresh_row(self, batch: BatchRecord) -> None:

@@ -20,7 +20,7 @@ from tinydb.storages import Storage
 
 from ..errors import StoreError, storage_errors
 from ..util import crashpoints
-from ..util.fileio import write_atomically
+from ..util.fileio import PRIVATE_MODE, make_folders, write_atomically
 
 BLOCK = 1 << 13
 MAX_BLOCK = 1 << 20
@@ -45,38 +45,82 @@ class AtomicJSONStorage(Storage):
 
 class ParsedFile:
     """A JSON file's last parsed (or written) contents, kept while its bytes are the same:
-    a read costs a read and a comparison, not a parse, unless another process changed it.
-    Its callers must not edit what `read` returns. Thread-safe."""
+    a read costs a stat, not a parse, unless another process changed it. Its callers must
+    not edit what `read` returns. Thread-safe.
+
+    The file read last is kept open, so its inode number cannot name another file: while
+    the path names that inode with the size and times it had when read, it is unchanged
+    (the store replaces the file on every write; the times catch a write in place)."""
 
     def __init__(self) -> None:
         self._bytes: bytes | None = None
         self._data: dict[str, dict[str, Any]] | None = None
+        self._held: int | None = None  # a descriptor of the file `_bytes` came from
+        self._seen: tuple[int, ...] | None = None  # that file's identity when read
         self._lock = threading.Lock()
+
+    def cached(self) -> dict[str, dict[str, Any]] | None:
+        """What was last read or written here, without looking at the file."""
+        return self._data
 
     def read(self, path: Path) -> dict[str, dict[str, Any]] | None:
         """The parsed file, None when there is none (StoreError when it is unreadable)."""
-        raw = _read_bytes(path)
-        if raw is None:
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        with self._lock:
+            if self._held is not None and _identity(info) == self._seen:
+                return self._data
+        fd, raw, seen = _read_held(path)
+        if fd is None or raw is None:
             return None
         with self._lock:
             if raw == self._bytes:
+                self._hold(fd, seen)
                 return self._data
-        data = _parsed(path, raw)
+        try:
+            data = _parsed(path, raw)
+        except BaseException:
+            os.close(fd)
+            raise
         with self._lock:
             self._bytes, self._data = raw, data
+            self._hold(fd, seen)
         return data
 
     def write(self, path: Path, data: dict[str, dict[str, Any]]) -> None:
         """Replace the file atomically with `data` (which the caller no longer edits)."""
         raw = dumps(data)
         write_atomically(path, raw)
-        with self._lock:
+        with self._lock:  # the next read compares its bytes once, and holds it
             self._bytes, self._data = raw, data
+            self._hold(None, None)
+
+    def __del__(self) -> None:
+        if self._held is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._held)
+
+    def _hold(self, fd: int | None, seen: tuple[int, ...] | None) -> None:
+        if self._held is not None:
+            os.close(self._held)
+        self._held, self._seen = fd, seen
 
 
-def write_table(path: Path, table: str, docs: list[dict[str, Any]]) -> None:
-    """A whole TinyDB file of one table in one atomic write."""
-    AtomicJSONStorage(str(path)).write({table: {str(i): d for i, d in enumerate(docs, 1)}})
+def _identity(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def write_table(path: Path, table: str, docs: list[dict[str, Any]], durable: bool = True) -> None:
+    """A whole TinyDB file of one table in one atomic write (`durable`: see fileio)."""
+    data = {table: {str(i): d for i, d in enumerate(docs, 1)}}
+    if durable:
+        AtomicJSONStorage(str(path)).write(data)
+    else:
+        write_atomically(path, dumps(data), durable=False)
 
 
 def read_table(path: Path, table: str) -> list[dict[str, Any]]:
@@ -91,8 +135,9 @@ def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
     if not docs:
         return
     with storage_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a+b") as handle:
+        make_folders(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_MODE)
+        with os.fdopen(fd, "a+b") as handle:
             if handle.tell() > 0:
                 handle.seek(handle.tell() - 1)
                 if handle.read(1) != b"\n":  # finish a line a crash cut short
@@ -121,12 +166,21 @@ def parse_lines(raw: bytes) -> list[dict[str, Any]]:
 def newest_lines(path: Path) -> Iterator[dict[str, Any]]:
     """The lines of a JSON-lines file, newest first, read backwards block by block: the
     cost is the number of lines taken, not the size of the file."""
+    for _offset, doc in newest_lines_at(path):
+        yield doc
+
+
+def newest_lines_at(path: Path, end: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(offset, line) of each line that starts before `end` (the file's end if None),
+    newest first, read backwards block by block: a cursor is the offset of the last line
+    taken, and the cost is the number of lines taken, not the size of the file."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
         return
     with handle:
-        position = handle.seek(0, os.SEEK_END)
+        size = handle.seek(0, os.SEEK_END)
+        position = size if end is None else max(0, min(end, size))
         rest = b""
         block = BLOCK
         while position > 0:
@@ -137,13 +191,15 @@ def newest_lines(path: Path) -> Iterator[dict[str, Any]]:
             chunk = handle.read(step) + rest
             lines = chunk.split(b"\n")
             rest = lines.pop(0)
+            start = position + len(chunk)
             for line in reversed(lines):
+                start -= len(line) + 1
                 doc = _parse(line)
                 if doc is not None:
-                    yield doc
+                    yield start + 1, doc
         doc = _parse(rest)
         if doc is not None:
-            yield doc
+            yield 0, doc
 
 
 def _parse(line: str | bytes) -> dict[str, Any] | None:
@@ -164,6 +220,24 @@ def dumps(data: Any) -> bytes:
         return orjson.dumps(data)
     except TypeError:
         return json.dumps(data, separators=(",", ":")).encode("ascii")
+
+
+def _read_held(path: Path) -> tuple[int | None, bytes | None, tuple[int, ...] | None]:
+    """An open descriptor of a file, its whole bytes, and its identity before they were
+    read (all None when there is none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None, None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from exc
+    try:
+        seen = _identity(os.fstat(fd))
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return fd, handle.read(), seen
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _read_bytes(path: Path) -> bytes | None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..models import BatchStatus
 from . import paging
-from .contract import BatchRow
-from .rows import Row
+from .contract import BatchRow, HistoryPage
+from .rows import Row, duplicate_keys
 
 if TYPE_CHECKING:
     from .base import StoreBase as _Base
@@ -58,11 +58,15 @@ class BatchListing(_Base):
         offset: int = 0,
         finished: bool = False,
         matches: int | None = None,
+        after: str | None = None,
     ) -> list[BatchRow]:
-        """One page of summary rows, newest created first (a running batch among them by
-        its creation time, unless `finished`); the cost follows `offset + limit`, not the
-        history. `matches`: how many rows the filter matches in all (`count_batches`), if
-        known; the read stops once it has seen them (paging.newest_page)."""
+        """One page of summary rows: the live batches first (newest created first), then
+        the archived ones, newest ended first (paging.py); only ended ones if `finished`.
+        The cost follows `offset + limit`, not the history nor how its batches overlapped
+        in time. `matches`: how many rows the filter matches in all (`count_batches`), if
+        known; the read stops once it has seen them. `after`: a cursor, only the rows that
+        follow that batch's row in this order (read up to it, like an offset:
+        `history_page`'s cursor costs only its page)."""
 
         def keep(row: Row) -> bool:
             if finished and row["status"] == BatchStatus.RUNNING:
@@ -71,9 +75,42 @@ class BatchListing(_Base):
 
         archived = self.archive_rows.newest_batches(client_id)
         page = paging.newest_page(
-            self._live_rows(), archived, keep, limit=limit, offset=offset, matches=matches
+            self._live_rows(),
+            archived,
+            keep,
+            limit=limit,
+            offset=offset,
+            matches=matches,
+            after=after,
         )
         return [BatchRow.model_validate(row) for row in page]
+
+    def history_page(
+        self,
+        *,
+        client_id: str | None = None,
+        status: BatchStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> HistoryPage:
+        """Archived batches only, newest ended first, from `cursor` (the first page if
+        None): the page and the next page's cursor (None after the last). The cursor is
+        the offset of the page's last row in the archive file, which appending (new
+        batches, tombstones) never moves: a page's cost is its rows (plus the rows a
+        `status` filter passes over), never the history before it."""
+        end = paging.decode_cursor(cursor)
+        rows: list[BatchRow] = []
+        last = None
+        for offset, row in self.archive_rows.batches_before(client_id, end):
+            if status is not None and row["status"] != status:
+                continue
+            if self.history.tombstone(str(row["batch_id"])) is not None:
+                continue  # buried after this cursor was handed out
+            if len(rows) == limit:
+                return HistoryPage(rows=rows, next_cursor=paging.encode_cursor(last))
+            rows.append(BatchRow.model_validate(paging.public(row)))
+            last = offset
+        return HistoryPage(rows=rows, next_cursor=None)
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status (live and archived), for everyone or one client, from the
@@ -106,8 +143,3 @@ class BatchListing(_Base):
             )
         ]
         return min(found, default=None)
-
-
-def duplicate_keys(sha256: str | None, batch_ref: str | None) -> list[str]:
-    """The names under `keys/<client_id>/` that find a batch by its bytes or its ref."""
-    return ([f"sha256-{sha256}"] if sha256 else []) + ([f"ref-{batch_ref}"] if batch_ref else [])

@@ -1,27 +1,21 @@
-"""One page of batch summary rows, newest first by creation time, at the cost of the page.
+"""Pages of batch summary rows at the cost of the page, whatever the history.
 
-The archive is appended in the order batches were archived, not created: a batch that ran
-for an hour is archived after batches created later. Reading it backwards, every row still
-unread was archived (and so created) no later than the row in hand, so once the page is
-full of rows created at or after that moment nothing unread can belong on it: the read
-stops there. The cost follows the page plus the batches archived while its oldest row was
-running, not the history.
+A listing's order: the live batches first, newest created first (there are only as many as
+the live work), then the history, newest ended first: the order of the archive file, read
+from its end, `(ended_at, batch_id)` descending as archived (`archived_at`). A batch that
+ran for an hour is listed among the batches that ended when it did, so a page never waits
+on batches that overlapped it in time: reading stops once the page is full.
+
+A cursor into the history is the offset of the last row taken in the archive file
+(appending never moves a row), so the next page starts there: its cost is that page.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Iterable
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 Row = dict[str, Any]
-
-
-def _moment(row: Row, *fields: str) -> datetime | None:
-    """The first of `fields` the row holds, as a datetime (None: none of them)."""
-    value = next((row[f] for f in fields if row.get(f)), None)
-    return datetime.fromisoformat(str(value)) if value else None
 
 
 def newest_page(
@@ -32,39 +26,40 @@ def newest_page(
     limit: int,
     offset: int = 0,
     matches: int | None = None,
+    after: str | None = None,
 ) -> list[Row]:
-    """Rows `keep` accepts, newest created first, `offset` skipped, at most `limit`; a live
-    row wins over an archived copy of the same batch (a crash between the two writes).
-    `matches`: how many rows `keep` accepts in all (the index's counts), if known: the read
-    stops once it has seen them, so a filter that few rows pass reads no further back than
-    its oldest match."""
+    """Rows `keep` accepts, live ones first (newest created first), then archived ones
+    (newest ended first), `offset` skipped, at most `limit`; a live row wins over an
+    archived copy of the same batch (a crash between the two writes). `matches`: how many
+    rows `keep` accepts in all (the index's counts), if known: the read stops once it has
+    seen them. `after`: only the rows that follow this batch's row in the order (the rows
+    up to it are read, like an offset)."""
     want = offset + limit
-    found: dict[str, Row] = {}
-    newest: list[tuple[str, datetime | None]] = []  # min-heap: the `want` newest ids kept
-
-    def take(row: Row) -> None:
-        found[str(row["batch_id"])] = row
-        heapq.heappush(newest, (str(row["batch_id"]), _moment(row, "created_at")))
-        if len(newest) > want:
-            heapq.heappop(newest)
-
-    seen: set[str] = set()
-    for row in live:
-        seen.add(str(row["batch_id"]))
+    live_rows = sorted(live, key=lambda r: str(r["batch_id"]), reverse=True)
+    seen = {str(r["batch_id"]) for r in live_rows}
+    passed = after is None
+    page: list[Row] = []
+    found = 0
+    if matches == 0:
+        return []
+    for row in _chain(live_rows, archived_newest_first, seen):
+        if not passed:
+            passed = str(row["batch_id"]) == after
+            continue
         if keep(row):
-            take(row)
-
-    def all_seen() -> bool:
-        return matches is not None and len(found) >= matches
-
-    for row in () if all_seen() else archived_newest_first:
-        if str(row["batch_id"]) not in seen and keep(row):
-            seen.add(str(row["batch_id"]))
-            take(row)
-        if all_seen() or (len(newest) >= want and _nothing_older_fits(row, newest[0][1])):
+            found += 1
+            page.append(row)
+        if len(page) >= want or (matches is not None and found >= matches):
             break
-    page = sorted(found.values(), key=lambda r: str(r["batch_id"]), reverse=True)
     return [public(row) for row in page[offset:want]]
+
+
+def _chain(live: list[Row], archived: Iterable[Row], seen: set[str]) -> Iterator[Row]:
+    yield from live
+    for row in archived:
+        if str(row["batch_id"]) not in seen:
+            seen.add(str(row["batch_id"]))
+            yield row
 
 
 def public(row: Row) -> Row:
@@ -72,9 +67,16 @@ def public(row: Row) -> Row:
     return {k: v for k, v in row.items() if k != "archived_at"}
 
 
-def _nothing_older_fits(row: Row, oldest_kept: datetime | None) -> bool:
-    """Whether no row archived before `row` (unread yet) can be newer than `oldest_kept`:
-    each was archived (so created) no later than `row` was archived. A row without these
-    times (none are written so) trusts the file's order."""
-    archived = _moment(row, "archived_at", "emitted_at")
-    return archived is None or oldest_kept is None or archived <= oldest_kept
+def encode_cursor(offset: int | None) -> str | None:
+    """The cursor of the history page after the row at `offset` of the archive file."""
+    return None if offset is None else f"h{offset}"
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    """The archive file offset a cursor names (None: from the end); ValueError when it
+    is no cursor of `encode_cursor`."""
+    if cursor is None:
+        return None
+    if not cursor.startswith("h") or not cursor[1:].isdigit():
+        raise ValueError(f"not a history cursor: {cursor!r}")
+    return int(cursor[1:])

@@ -34,3 +34,8 @@ def encode(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+def duplicate_keys(sha256: str | None, batch_ref: str | None) -> list[str]:
+    """The names under `keys/<client_id>/` that find a batch by its bytes or its ref."""
+    return ([f"sha256-{sha256}"] if sha256 else []) + ([f"ref-{batch_ref}"] if batch_ref else [])

@@ -21,9 +21,16 @@ from .engine import TinyDBStore
 log = logging.getLogger("dropbox_eval")
 
 
-def open_store(state_dir: Path, *, read_only: bool = False) -> Store:
-    """The store on a state folder: the one place that chooses its engine (TinyDB). A
-    read-only one creates nothing (NoState when there is no state)."""
+def open_store(
+    state_dir: Path, *, read_only: bool = False, database_url: str | None = None
+) -> Store:
+    """The store: the one place that chooses its engine. PostgreSQL when `database_url`
+    is set (SAAS_EVAL_DATABASE_URL; store/pg/, imported only then), else TinyDB in the
+    state folder. A read-only one creates nothing (NoState when there is no state)."""
+    if database_url:
+        from .pg.engine import PostgresStore  # psycopg: only a service that uses it
+
+        return PostgresStore(database_url, state_dir, read_only=read_only)
     return TinyDBStore(state_dir, read_only=read_only)
 
 
@@ -32,14 +39,17 @@ def open_state(settings: Settings) -> Store:
     where it looked when there is no state there (NoState, exit 2)."""
     check_state_path(settings)
     try:
-        return open_store(settings.state_path, read_only=True)
+        return open_store(settings.state_path, read_only=True, database_url=settings.database_url)
     except NoState:
         raise no_state(settings) from None
 
 
-def has_state(path: Path) -> bool:
+def has_state(path: Path, database_url: str | None = None) -> bool:
     """Whether `path` holds a state: its `batches/` folder (what Store(read_only=True)
-    looks for). An empty folder, such as a mount point not mounted yet, holds none."""
+    looks for). An empty folder, such as a mount point not mounted yet, holds none. On
+    PostgreSQL (`database_url`) the folder holds only this node's own files: it is there."""
+    if database_url:
+        return path.is_dir()
     return (path / "batches").is_dir()
 
 

@@ -16,11 +16,18 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import TaskRecord
+from ..models import BATCH_WIDE_TASK_FIELDS, TaskRecord
+from ..util.compact import compacted
 from .tasks import Changes, Position, TaskFiles
 
 CACHED_TASKS = 20_000  # tasks kept parsed (memory-bounded; the newest batch always stays)
 READ_STRIPES = 16  # one reader per batch brings it up to date; the others wait for it
+
+
+def compact_task(doc: dict[str, Any], memo: dict[Any, Any]) -> TaskRecord:
+    """A stored task as a model kept by the thousand: what repeats in every task of its
+    batch shared through `memo` (util/compact.py)."""
+    return compacted(TaskRecord.model_validate(doc), memo, BATCH_WIDE_TASK_FIELDS)
 
 
 @dataclass
@@ -28,6 +35,7 @@ class _Kept:
     position: Position
     tasks: list[TaskRecord]
     index: dict[str, int] = field(default_factory=dict)  # task_id -> place in `tasks`
+    memo: dict[Any, Any] = field(default_factory=dict)  # the batch's shared values
 
     def apply(self, changes: list[Changes]) -> None:
         """Replace the changed tasks by new models (the lists handed out keep theirs)."""
@@ -38,9 +46,8 @@ class _Kept:
                     merged.setdefault(task_id, {}).update(fields)
         for task_id, fields in merged.items():
             place = self.index[task_id]
-            self.tasks[place] = TaskRecord.model_validate(
-                {**self.tasks[place].model_dump(), **fields}
-            )
+            changed = {**self.tasks[place].model_dump(), **fields}
+            self.tasks[place] = compact_task(changed, self.memo)
 
 
 class ParsedTasks:
@@ -60,13 +67,37 @@ class ParsedTasks:
             with self._lock:
                 kept = self._kept.get(batch_id)
             if kept is not None:
-                found = self.files.changes_after(batch_id, kept.position)
-                if found is not None:
-                    kept.apply(found[0])
-                    kept.position = found[1]
+                if self._catch_up(kept, batch_id):
                     self._keep(batch_id, kept)
                     return list(kept.tasks)
+                self.forget(batch_id)  # not two parsed copies of a big batch at once
             return self._parse(batch_id)
+
+    def compact(self, batch_id: str) -> None:
+        """Fold the batch's journal into its base (tasks.py `compact`), from the tasks kept
+        here when they can be brought to the journal's end: written from the models, not
+        parsed again, and kept as the new base's. The caller holds the record lock, so
+        nothing is appended meanwhile."""
+        with self._readers[zlib.crc32(batch_id.encode()) % READ_STRIPES]:
+            with self._lock:
+                kept = self._kept.get(batch_id)
+            if kept is not None and self._catch_up(kept, batch_id):
+                base = self.files.replace_base(batch_id, kept.tasks)
+                if base is not None:
+                    kept.position = Position(base)
+                    return
+            self.forget(batch_id)
+        self.files.compact(batch_id)
+
+    def _catch_up(self, kept: _Kept, batch_id: str) -> bool:
+        """Apply the journal lines written since `kept` was read; False when its base is
+        no longer the file's (compacted elsewhere, or gone): it must be parsed again."""
+        found = self.files.changes_after(batch_id, kept.position)
+        if found is None:
+            return False
+        kept.apply(found[0])
+        kept.position = found[1]
+        return True
 
     def _parse(self, batch_id: str) -> list[TaskRecord] | None:
         read = self.files.read_at(batch_id)
@@ -74,9 +105,11 @@ class ParsedTasks:
             self.forget(batch_id)
             return None
         docs, position = read
-        tasks = [TaskRecord.model_validate(doc) for doc in docs]
+        memo: dict[Any, Any] = {}
+        docs.reverse()  # each task's parsed JSON goes as its model is made
+        tasks = [compact_task(docs.pop(), memo) for _ in range(len(docs))]
         index = {task.task_id: place for place, task in enumerate(tasks)}
-        self._keep(batch_id, _Kept(position, tasks, index))
+        self._keep(batch_id, _Kept(position, tasks, index, memo))
         return list(tasks)
 
     def _keep(self, batch_id: str, kept: _Kept) -> None:

@@ -14,11 +14,15 @@ tasks up to date costs the change, whichever process wrote it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..util import crashpoints
+from ..util.fileio import make_folders, write_atomically
 from .files import append_lines, parse_lines, read_lines, read_table, unlink_quietly, write_table
 
 Changes = dict[str, dict[str, Any]]
@@ -44,6 +48,9 @@ class TaskFiles:
     def __init__(self, live: Path, archive: Path) -> None:
         self.live = live
         self.archive = archive
+        # folds a journal into its base when it outgrows it (a reader that keeps the
+        # tasks parsed does it from them: taskcache.py)
+        self.compactor: Callable[[str], object] = self.compact
 
     def base(self, batch_id: str) -> Path:
         """The base file: in `tasks/` while live, under `archive/<YYYYMM>/tasks/` after."""
@@ -61,6 +68,16 @@ class TaskFiles:
     def create(self, batch_id: str, docs: list[dict[str, Any]]) -> None:
         """Write a new batch's tasks (one write for all)."""
         write_table(self.live / f"{batch_id}.json", TABLE, docs)
+
+    def create_from(self, batch_id: str, tasks: Sequence[BaseModel]) -> None:
+        """Write a new batch's tasks from their models (one write for all), serialised one
+        at a time: no dict per task on the way."""
+        try:
+            raw = table_bytes(TABLE, tasks)
+        except ValueError:  # pydantic's serialiser refused a value (a lone surrogate)
+            self.create(batch_id, [task.model_dump(mode="json") for task in tasks])
+            return
+        write_atomically(self.live / f"{batch_id}.json", raw)
 
     def read(self, batch_id: str) -> list[dict[str, Any]]:
         """The tasks as they are now: the base with the journal replayed."""
@@ -106,7 +123,7 @@ class TaskFiles:
         journal = self.journal(base)
         append_lines(journal, [changes])
         if journal.stat().st_size > max(base.stat().st_size, MIN_COMPACT_BYTES):
-            self.compact(batch_id)
+            self.compactor(batch_id)
 
     def compact(self, batch_id: str) -> Path:
         """Fold the journal into the base; returns the base. The caller holds the record lock."""
@@ -117,6 +134,31 @@ class TaskFiles:
             unlink_quietly(journal)
         return base
 
+    def replace_base(self, batch_id: str, tasks: Sequence[BaseModel]) -> Identity | None:
+        """Write `tasks` (the batch's tasks with its journal applied) as its base and remove
+        the journal; the new base's identity. None, and nothing written, when a task does
+        not serialise (the caller compacts from the files). The caller holds the record
+        lock."""
+        base = self.base(batch_id)
+        try:
+            raw = table_bytes(TABLE, tasks)
+        except ValueError:  # pydantic's serialiser refused a value (a lone surrogate)
+            return None
+        write_atomically(base, raw)
+        unlink_quietly(self.journal(base))
+        return _identity(base)
+
+    def folded(self, batch_id: str) -> bytes:
+        """The batch's tasks file with its journal folded in, as bytes (one line of JSON).
+        The caller holds the record lock."""
+        base = self.base(batch_id)
+        if self.journal(base).exists():
+            self.compactor(batch_id)
+        try:
+            return base.read_bytes()
+        except FileNotFoundError:
+            return b'{"%b":{}}' % TABLE.encode()
+
     def archive_to(self, batch_id: str) -> None:
         """Move a finished batch's tasks out of `tasks/`, folded into one file."""
         live = self.live / f"{batch_id}.json"
@@ -124,9 +166,19 @@ class TaskFiles:
             return
         self.compact(batch_id)
         target = self.archive / batch_id[:6] / "tasks" / live.name
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(target.parent)
         os.replace(live, target)
         crashpoints.wrote(f"archived {live.name}")
+
+
+def table_bytes(table: str, models: Sequence[BaseModel]) -> bytes:
+    """A TinyDB file of one table, its documents `models` (numbered from 1), serialised
+    one model at a time by pydantic: no dict per model on the way."""
+    rows = b",".join(
+        b'"%d":%b' % (number, model.__pydantic_serializer__.to_json(model))
+        for number, model in enumerate(models, 1)
+    )
+    return b'{"%b":{%b}}' % (table.encode(), rows)
 
 
 def replay(docs: list[dict[str, Any]], changes: list[Changes]) -> None:

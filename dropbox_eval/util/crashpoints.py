@@ -25,13 +25,14 @@ OPERATIONS = frozenset(
         "intake",  # record the batch and its hold, open its issues, file the drop
         "close",  # the record's final status and charge, then the ledger and index row
         "emit",  # the report, the record's emitted_at, then the archive
-        "archive",  # keys, archive rows, the index, then the files moved out
+        "archive",  # keys, archive rows, the index, then the history entry, the live files
         "delivery-schedule",  # a failed delivery: the undelivered copy, then the record
         "cancel",  # the request on the record, closing the issues, then settle
         "expire",  # closing the issues, then settle
         "fund",  # one index write
         "rotate-secret",  # one index write
         "retry",  # the link on the old record, then the new batch (tasks, record, index)
+        "sftp-upload",  # the endpoint: fsync the upload, rename it into place, fsync the folder
     }
 )
 _open: ContextVar[tuple[str, ...]] = ContextVar("crash_operations", default=())

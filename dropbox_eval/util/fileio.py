@@ -21,6 +21,7 @@ from . import crashpoints, storage
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 PRIVATE_MODE = 0o600  # the default: state files hold secrets (client webhook secrets, keys)
+PRIVATE_FOLDER_MODE = 0o700  # the folders of private files (the state folder's)
 SHARED_MODE = 0o644  # what clients read: receipts, error files, filed drops, reports
 
 
@@ -34,11 +35,12 @@ def hidden_name(name: str, *, tag: str = "", unique: bool = False) -> str:
     return f".{tag}{random}{name}.tmp"
 
 
-def rename_into_place(folder_fd: int, hidden: str, name: str) -> None:
+def rename_into_place(folder_fd: int, hidden: str, name: str, *, durable: bool = True) -> None:
     """The last step of every write, once the hidden file's bytes are on disk (fsynced):
     rename it over `name` and fsync the folder, so readers see the old or the new file."""
     os.replace(hidden, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-    os.fsync(folder_fd)
+    if durable:
+        os.fsync(folder_fd)
 
 
 def write_at(
@@ -49,6 +51,8 @@ def write_at(
     tmp: str | None = None,
     mode: int = PRIVATE_MODE,
     where: Path | None = None,
+    durable: bool = True,
+    sync_folder: bool = True,
 ) -> None:
     """Atomically write `data` as `name` in the folder open as `folder_fd`.
 
@@ -56,7 +60,10 @@ def write_at(
     target, fsync the folder: readers see the old or the new file, never a mix. The file
     gets `mode` whatever the umask: PRIVATE_MODE unless the caller writes for clients.
     `where` is the file's path for an error message and storage.py (a descriptor does not
-    tell it).
+    tell it). Not `durable`: renamed into place without either fsync, for a file whose
+    content is durable elsewhere until it is synced (`fsync_file`): a kill keeps it, a power
+    loss may not. Without `sync_folder`, the caller syncs the folder after a later change
+    in it, one sync for both.
     """
     tmp = tmp or hidden_name(name)
     watched = storage.wrote(where.parent) if where else contextlib.nullcontext()
@@ -67,8 +74,9 @@ def write_at(
                 os.fchmod(handle.fileno(), mode)
                 handle.write(data)
                 handle.flush()
-                os.fsync(handle.fileno())
-            rename_into_place(folder_fd, tmp, name)
+                if durable:
+                    os.fsync(handle.fileno())
+            rename_into_place(folder_fd, tmp, name, durable=durable and sync_folder)
         except BaseException:
             with contextlib.suppress(OSError):  # gone, or the folder refuses even that
                 os.unlink(tmp, dir_fd=folder_fd)
@@ -76,14 +84,34 @@ def write_at(
     crashpoints.wrote(name)
 
 
-def write_atomically(path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE) -> None:
-    """Write `text` (UTF-8 when a str) to `path` atomically (see `write_at`, `mode` too),
-    creating the folder if needed.
+def make_folders(path: Path, *, private: bool = True) -> Path:
+    """`path` and its missing parents; `private` ones 0700 whatever the umask (a state
+    file's folders: secrecy.py), else the umask's default (folders clients read)."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_FOLDER_MODE) if private else folder.mkdir()
+        except FileExistsError:  # another process made it meanwhile
+            continue
+        if private:
+            os.chmod(folder, PRIVATE_FOLDER_MODE)  # mkdir's mode passes through the umask
+    return path
+
+
+def write_atomically(
+    path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE, durable: bool = True
+) -> None:
+    """Write `text` (UTF-8 when a str) to `path` atomically (see `write_at`, `mode` and
+    `durable` too), creating the folder if needed.
 
     The temp name is random here: several processes may write files in one state folder.
     """
     with storage_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(path.parent, private=mode == PRIVATE_MODE)
         folder_fd = os.open(path.parent, _DIR_FLAGS)
     try:
         write_at(
@@ -93,9 +121,21 @@ def write_atomically(path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE)
             tmp=hidden_name(path.name, unique=True),
             mode=mode,
             where=path,
+            durable=durable,
         )
     finally:
         os.close(folder_fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Make a file written without `durable` durable: its bytes, then its folder's entry."""
+    with storage_errors(path):
+        for target, flags in ((path, os.O_RDONLY | os.O_CLOEXEC), (path.parent, _DIR_FLAGS)):
+            fd = os.open(target, flags)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def json_bytes(data: Any) -> bytes:

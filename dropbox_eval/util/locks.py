@@ -33,7 +33,7 @@ class SharedLock:
         self.path = str(path)
         self.timeout = timeout
         self._threads = threading.RLock()
-        self._file = FileLock(self.path, timeout=timeout)
+        self._file = FileLock(self.path, timeout=timeout, mode=0o600)
 
     def __enter__(self) -> SharedLock:
         start = time.monotonic()

@@ -28,6 +28,18 @@ def rfc3339(moment: datetime | str | None) -> str | None:
     return parse(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def restamped(text: str | None) -> str | None:
+    """A message that starts with the time it happened (`<time> what: error`, as status
+    files keep them) with that time in the one format; other text as it is."""
+    if not text:
+        return text
+    moment, sep, rest = text.partition(" ")
+    try:
+        return f"{rfc3339(moment)}{sep}{rest}"
+    except ValueError:  # it starts with no time
+        return text
+
+
 def now() -> str:
     """The current time in the one format."""
     return utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -44,6 +44,7 @@ class BackgroundServer:
             log_level="warning",
             access_log=False,
             date_header=self.date_header,
+            proxy_headers=False,  # no header is believed here (web/throttle.py)
         )
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, name=self.name, daemon=True)

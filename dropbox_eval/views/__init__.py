@@ -14,7 +14,7 @@ from ..models import BatchRecord, BatchStatus
 from ..protocol.rejections import RejectionLog
 from ..store import BatchRow, Store
 from .batches import batch_view, delivery_state, for_client, row_view, task_view, times
-from .clients import client_view, ledger_view
+from .clients import client_view, key_view, ledger_view
 from .links import with_forge_links
 from .overview import Overview, build_overview
 from .progress import Progress
@@ -49,6 +49,14 @@ class Views:
         """One batch without its tasks (one small file: for following a batch live)."""
         return batch_view(self._record(batch_id, client_id))
 
+    def tombstone(self, batch_id: str, *, client_id: str | None = None) -> dict[str, Any] | None:
+        """What stays of a deleted batch (ops/retention.py); None when it was not deleted,
+        or (with `client_id`) is another client's."""
+        buried = self.store.tombstone(batch_id)
+        if buried is None or client_id not in (None, buried.get("client_id")):
+            return None
+        return buried
+
     def _record(self, batch_id: str, client_id: str | None) -> BatchRecord:
         record = self.store.get_batch(batch_id)
         if client_id is not None and record.client_id != client_id:
@@ -65,10 +73,13 @@ class Views:
         every: bool = False,
         finished: bool = False,
         matches: int | None = None,
+        after: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The newest page of batches, newest created first (only ended ones if
-        `finished`; `matches`: how many the filter matches, see `Store.page_batches`);
-        `every`: the whole history, oldest created first. Each row carries its progress."""
+        """A page of batches: the live first, newest created first, then the ended, most
+        recently ended first (only ended ones if
+        `finished`; `matches`: how many the filter matches, see `Store.page_batches`;
+        `after`: a cursor, the rows after that batch id); `every`: the whole history,
+        oldest created first. Each row carries its progress."""
         if status and status not in BatchStatus.__members__.values():
             return []  # no batch has it
         wanted = BatchStatus(status) if status else None
@@ -82,6 +93,7 @@ class Views:
                 offset=offset,
                 finished=finished,
                 matches=matches,
+                after=after,
             )
         return [row_view(row.as_dict(), self._progress(row)) for row in rows]
 
@@ -156,6 +168,20 @@ class Views:
             raise NotFoundError(f"no client {client_id!r}")
         ledger = self.store.ledger(client_id, limit=ledger_limit)
         return client_view(client) | {"ledger": [ledger_view(e) for e in ledger]}
+
+    def api_keys(self, client_id: str) -> list[dict[str, Any]]:
+        """A client's API keys: ids, issue and last-use times (never a key)."""
+        client = self.store.get_client(client_id)
+        if client is None:
+            raise NotFoundError(f"no client {client_id!r}")
+        return [key_view(key) for key in client.api_keys]
+
+    def audit(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest `limit` operator actions of the audit log, oldest first."""
+        return [
+            entry.model_dump(mode="json", exclude_none=True)
+            for entry in self.store.audit_entries(limit)
+        ]
 
     def overview(self, *, for_metrics: bool = False) -> Overview:
         """The whole service at a glance: the page's lists, or `/metrics`' counts."""

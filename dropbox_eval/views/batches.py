@@ -31,7 +31,7 @@ def times(data: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
 def batch_view(record: BatchRecord, tasks: list[TaskRecord] | None = None) -> dict[str, Any]:
     """One batch: its fields, progress (with settling), delivery state and, with its tasks,
     the counts of every status and each task."""
-    data = record.model_dump(mode="json", exclude={"report", "settling_tasks"})
+    data = record.model_dump(mode="json", exclude={"settling_tasks"})
     progress = (
         Progress.of(record.status, record.total, record.done, record.settling_tasks)
         if tasks is None

@@ -60,9 +60,20 @@ class Progress:
         return self.status in ENDED_EARLY
 
     @property
+    def shown_done(self) -> int:
+        """What the bar fills: the finished tasks; for a batch that ended early, only those
+        the lane finished (0 when that is unknown), never the tasks closed without its work."""
+        if self.ended_early:
+            return self.lane_done or 0
+        return self.done
+
+    @property
     def percent(self) -> int:
-        """Finished share, 0-100 (an empty batch is done)."""
-        return round(100 * self.done / self.total) if self.total else 100
+        """The bar's share, 0-100 (`shown_done`; an empty batch that did not end early is
+        done)."""
+        if not self.total:
+            return 0 if self.ended_early else 100
+        return round(100 * self.shown_done / self.total)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form every output shares."""

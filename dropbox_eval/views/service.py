@@ -10,7 +10,7 @@ from typing import Any
 
 from ..intake.pause import Pause
 from ..store.servicestate import read_status
-from ..util.timestamps import rfc3339
+from ..util.timestamps import restamped, rfc3339
 
 SERVICE_TIMES = ("started_at", "stopped_at", "last_poll_at", "state_checked_at")
 KEPT_WHEN_STOPPED = ("stopped_at", "last_error", "state_problems", "workers")
@@ -29,6 +29,12 @@ def service_view(state_dir: Path) -> dict[str, Any]:
     for name in SERVICE_TIMES:
         if name in record:
             record[name] = rfc3339(record[name])
+    if "last_error" in record:  # written by an older version with microseconds, +00:00
+        record["last_error"] = restamped(record["last_error"])
+    for worker in (record.get("workers") or {}).values():
+        if isinstance(worker, dict):
+            worker["since"] = rfc3339(worker.get("since"))
+            worker["last_error"] = restamped(worker.get("last_error"))
     return record | Pause(state_dir).view()
 
 

@@ -15,17 +15,17 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..delivery.emitter import report_bytes
 from ..errors import (
     DropboxEvalError,
     NotFinished,
     NotFoundError,
+    Overloaded,
     StorageUnavailable,
     answer_for,
     error_document,
@@ -34,11 +34,16 @@ from ..errors import (
 )
 from ..intake.accept import API_SOURCE
 from ..models import BatchFile, BatchRecord, BatchStatus, Client
+from ..ops.retention import Retention
 from ..protocol.batchfile import check_size, parse_batch, reason_of
-from ..protocol.report import build_report
+from ..protocol.batchlines import is_lines_media_type, parse_batch_lines, report_lines
+from ..protocol.documents import Acceptance, RetryAcceptance
+from ..protocol.report import in_client_order, report_document
 from ..store import Store
 from ..views import Views, for_client
 from .apidocs import add_offline_docs
+from .callers import client_audit, listing_caller, listing_scope
+from .fairdoor import FairDoor
 from .parts import ApiParts
 
 
@@ -84,6 +89,9 @@ def problem_response(error: DropboxEvalError) -> JSONResponse:
         message = f"the service cannot store anything now: {storage_cause(error.errno or 0)}"
         body = {"ok": False, "reason": reason, "message": f"{message}; try again later"}
         return JSONResponse(body, status, headers={"Retry-After": STORAGE_RETRY_AFTER})
+    if isinstance(error, Overloaded):  # nothing was read: the same request may come again
+        headers = {"Retry-After": str(error.retry_after)}
+        return JSONResponse(error_document(error), status, headers=headers)
     return JSONResponse(error_document(error), status_code=status)
 
 
@@ -126,12 +134,17 @@ def create_api(parts: ApiParts) -> FastAPI:
     )
     add_offline_docs(api)
     views = Views(parts.store)
+    retention = Retention(
+        parts.store, parts.billing, parts.settings, audit=client_audit(parts.store)
+    )
     # used as a default, not in Annotated: postponed annotations are resolved in the
     # module, where this app's own dependency has no name
     caller = Depends(_authenticate(parts.billing.client_for_key))
+    listing = Depends(listing_caller(_authenticate(parts.billing.client_for_key), parts.settings))
     problems: dict[int | str, dict[str, Any]] = {
-        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 502, 503, 507)
+        code: {"model": Problem} for code in (401, 402, 403, 404, 409, 413, 422, 429, 502, 503, 507)
     }
+    door = api.state.door = FairDoor(parts.settings)  # new batches, client by client in turn
 
     def owned(batch_id: str, client: Client, *, tasks: bool = False) -> dict[str, Any]:
         """The caller's batch; another client's answers 404 like one that does not exist."""
@@ -151,11 +164,16 @@ def create_api(parts: ApiParts) -> FastAPI:
 
     @api.exception_handler(StarletteHTTPException)  # unknown paths and methods too
     def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        reason = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
-            exc.status_code, "error"
-        )
+        reason = {
+            401: "unauthorized",
+            403: "forbidden",
+            404: "not_found",
+            405: "method_not_allowed",
+            422: "invalid_request",
+            429: "too_many_attempts",
+        }.get(exc.status_code, "error")
         body = {"ok": False, "reason": reason, "message": str(exc.detail)}
-        return JSONResponse(body, status_code=exc.status_code)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @api.exception_handler(RequestValidationError)
     def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -167,19 +185,35 @@ def create_api(parts: ApiParts) -> FastAPI:
         body = {"ok": False, "reason": "invalid_request", "message": message, "errors": errors}
         return JSONResponse(body, status_code=422)
 
-    @api.post("/api/eval/batches", status_code=201, responses=problems, openapi_extra=BATCH_BODY)
+    accepted: dict[int | str, dict[str, Any]] = {
+        201: {"model": Acceptance, "description": "the batch is recorded"},
+        200: {"model": Acceptance, "description": "a duplicate: the earlier batch"},
+    }
+
+    @api.post(
+        "/api/eval/batches",
+        status_code=201,
+        response_model=None,
+        responses=problems | accepted,
+        openapi_extra=BATCH_BODY,
+    )
     async def submit(
         request: Request, response: Response, client: Client = caller
     ) -> dict[str, Any]:
-        """Submit a batch: the inbox's parser, limits, answers and funded check."""
-        raw = await _body(request, parts.settings.max_file_bytes)
-        limits = parts.settings
-        batch = parse_batch(raw, max_bytes=limits.max_file_bytes, max_tasks=limits.max_tasks)
-        # the same body again is the same batch (a client retrying a timed-out POST)
-        sha256 = hashlib.sha256(raw).hexdigest()
-        result = await run_in_threadpool(
-            parts.intake.accept, batch, client.client_id, source=API_SOURCE, sha256=sha256
-        )
+        """Submit a batch: the inbox's parser, limits, answers and funded check; taken in
+        client by client in turn (429 or 503 with `Retry-After` while too many wait)."""
+        async with door.place(client.client_id) as place:
+            raw = await _body(request, parts.settings.max_file_bytes)
+            limits = parts.settings
+            lines = is_lines_media_type(request.headers.get("content-type", ""))
+            parse = parse_batch_lines if lines else parse_batch
+            batch = parse(raw, max_bytes=limits.max_file_bytes, max_tasks=limits.max_tasks)
+            # the same body again is the same batch (a client retrying a timed-out POST)
+            sha256 = hashlib.sha256(raw).hexdigest()
+            await place.turn()
+            result = await run_in_threadpool(
+                parts.intake.accept, batch, client.client_id, source=API_SOURCE, sha256=sha256
+            )
         if result.get("duplicate"):
             response.status_code = 200
         return result
@@ -194,35 +228,74 @@ def create_api(parts: ApiParts) -> FastAPI:
 
     @api.get("/api/eval/batches", responses=problems)
     def list_batches(
+        request: Request,
         response: Response,
-        client: Client = caller,
+        lister: Client | None = listing,
+        status: Annotated[BatchStatus | None, Query()] = None,
+        client: Annotated[str | None, Query(description="the operator's key only")] = None,
+        after: Annotated[str | None, Query(description="cursor: X-Next-After")] = None,
         page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
         limit: Annotated[int, Query(ge=1, le=100)] = 50,
     ) -> list[dict[str, Any]]:
-        """The caller's batches, newest first, paged (`X-Total-Count` has the total); the
-        cost follows the page, not the client's history."""
-        counts = views.count(client.client_id)
-        response.headers["X-Total-Count"] = str(sum(counts.values()))
-        rows = views.batches(client_id=client.client_id, limit=limit, offset=(page - 1) * limit)
-        return [for_client(row) for row in rows]
+        """The caller's batches (the operator's key: everyone's, or `client`'s), newest
+        first, only those with `status` if given; paged by `page` or by the cursor `after`
+        (`X-Next-After` names the next page's, `X-Total-Count` the total); the cost follows
+        the page, not the history."""
+        scope = listing_scope(lister, client)
+        if after is not None and page != 1:
+            raise HTTPException(422, "page a list by `page` or by `after`, not both")
+        counts = views.count(scope)
+        total = counts.get(status, 0) if status else sum(counts.values())
+        response.headers["X-Total-Count"] = str(total)
+        offset = (page - 1) * limit
+        rows = views.batches(
+            client_id=scope, status=status, limit=limit + 1, offset=offset, after=after
+        )
+        if len(rows) > limit:  # one more than the page: a next page exists
+            rows = rows[:limit]
+            next_after = str(rows[-1]["batch_id"])
+            response.headers["X-Next-After"] = next_after
+            link = request.url.remove_query_params("page").include_query_params(after=next_after)
+            response.headers["Link"] = f'<{link}>; rel="next"'
+        return rows if lister is None else [for_client(row) for row in rows]
 
     @api.get("/api/eval/batches/{batch_id}", responses=problems)
     def get_batch(batch_id: str, client: Client = caller) -> dict[str, Any]:
         """One batch: progress (with tasks still settling), counts per status, attempts and
-        delivery, and each task's issue, status and result."""
-        return owned(batch_id, client, tasks=True)
+        delivery, and each task's issue, status and result; a deleted one's tombstone."""
+        try:
+            return owned(batch_id, client, tasks=True)
+        except HTTPException:
+            buried = views.tombstone(batch_id, client_id=client.client_id)
+            if buried is None:
+                raise
+            return buried
+
+    @api.delete("/api/eval/batches/{batch_id}", responses=problems)
+    def delete_batch(batch_id: str, client: Client = caller) -> dict[str, Any]:
+        """Delete an ended batch of the caller: its report, task details and files go, its
+        tombstone (id, client, status, dates, counts, charge) stays and is the answer; 409
+        `not_finished` while it runs. Its report answers 404 from then on."""
+        return retention.delete(batch_id, client_id=client.client_id)
 
     @api.get(
         "/api/eval/batches/{batch_id}/report",
-        responses=problems | {200: {"content": {"application/json": {}}}},
+        responses=problems
+        | {200: {"content": {"application/json": {}, "application/x-ndjson": {}}}},
         response_class=Response,
     )
-    def get_report(batch_id: str, client: Client = caller) -> Response:
+    def get_report(batch_id: str, request: Request, client: Client = caller) -> Response:
         """The report of an ended batch: the same bytes as `outbox/<batch_id>.json` and
-        the callback body (409 `not_finished` while it runs)."""
+        the callback body (409 `not_finished` while it runs); as JSON Lines (the batch,
+        then one line per task, streamed) when `Accept` names `application/x-ndjson` or
+        `application/jsonl`."""
         owned(batch_id, client)  # another client's answers 404
-        body = _report_body(parts.store, parts.store.get_batch(batch_id))
-        return Response(body, media_type="application/json")
+        report = _report_of(parts.store, parts.store.get_batch(batch_id))
+        accept = request.headers.get("accept", "").split(",")
+        if any(is_lines_media_type(kind) for kind in accept):
+            lines = report_lines(in_client_order(report))
+            return StreamingResponse(lines, media_type="application/x-ndjson")
+        return Response(report, media_type="application/json")
 
     @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
     def emit(
@@ -244,7 +317,15 @@ def create_api(parts: ApiParts) -> FastAPI:
             "charged": done.charged,
         }
 
-    @api.post("/api/eval/batches/{batch_id}/retry", status_code=201, responses=problems)
+    @api.post(
+        "/api/eval/batches/{batch_id}/retry",
+        status_code=201,
+        response_model=None,
+        responses={
+            **problems,
+            201: {"model": RetryAcceptance, "description": "the retry is a new batch"},
+        },
+    )
     def retry(batch_id: str, client: Client = caller) -> dict[str, Any]:
         """Retry a failed or expired batch of the caller: a new batch with its failed and
         aborted tasks, linked both ways (`retry_of`, `retried_by`), holding credits."""
@@ -254,7 +335,7 @@ def create_api(parts: ApiParts) -> FastAPI:
     return api
 
 
-def _report_body(store: Store, batch: BatchRecord) -> str:
+def _report_of(store: Store, batch: BatchRecord) -> bytes:
     """A batch's report as the outbox file holds it (the report fixed when it ended)."""
     if batch.status == BatchStatus.RUNNING:
         raise NotFinished(
@@ -263,7 +344,9 @@ def _report_body(store: Store, batch: BatchRecord) -> str:
             done=batch.done,
             total=batch.total,
         )
-    return report_bytes(batch.report or build_report(batch, store.get_tasks(batch.batch_id)))
+    return store.get_report(batch.batch_id) or report_document(
+        batch, store.get_tasks(batch.batch_id)
+    )
 
 
 async def _body(request: Request, limit: int) -> bytes:

@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from ..errors import DropboxEvalError, NotFoundError
+from ..errors import DropboxEvalError, NotFoundError, answer_for
 from ..models import BatchRecord, BatchStatus, is_valid_id
 from ..util.redact import shown_url
 from ..views import Views
@@ -88,8 +88,10 @@ def add_batch_pages(
                 if done.status != BatchStatus.RUNNING
                 else f"{batch_id}: cancel stored; the service closes its open issues"
             )
+            result = "ok"
         except DropboxEvalError as exc:
-            note = f"{batch_id}: not cancelled: {exc}"
+            note, result = f"{batch_id}: not cancelled: {exc}", answer_for(exc)[2]
+        await run_in_threadpool(door.record, request, "cancel", batch_id, result)
         return door.done(request, note, batch_path(batch_id))
 
     @api.get("/operator/batches", include_in_schema=False)

@@ -7,6 +7,7 @@ with a stale CSRF token (403), and the one-time note a form leaves for the next 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -14,11 +15,13 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from ..errors import DropboxEvalError
 from .headers import STYLE
-from .session import OperatorSessions, Session
+from .session import OperatorSessions, Session, operator_key_id
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..store import Store
 
 COOKIE = "dropbox_eval_operator"
 templates = Environment(
@@ -27,12 +30,36 @@ templates = Environment(
 templates.globals["style"] = STYLE
 
 
-class Door:
-    """The sessions of one web app and the settings holding the operator key."""
+log = logging.getLogger("dropbox_eval")
 
-    def __init__(self, sessions: OperatorSessions, settings: Settings) -> None:
+
+class Door:
+    """The sessions of one web app, the settings holding the operator key, and the store
+    whose audit log records what the forms did."""
+
+    def __init__(self, sessions: OperatorSessions, settings: Settings, store: Store) -> None:
         self.sessions = sessions
         self.settings = settings
+        self.store = store
+
+    def record(
+        self, request: Request, action: str, target: str, result: str = "ok", **detail: Any
+    ) -> None:
+        """Append a form's action to the audit log, as the signed-in operator; a log that
+        cannot be written is a warning (the action happened)."""
+        session = self.session_of(request)
+        try:
+            self.store.record_action(
+                action,
+                target,
+                actor=session.operator if session else "operator",
+                via="page",
+                result=result,
+                key_id=operator_key_id(self.settings.operator_key),
+                **detail,
+            )
+        except (DropboxEvalError, OSError) as exc:
+            log.warning("audit log: %s on %s not recorded: %s", action, target, exc)
 
     def session_of(self, request: Request) -> Session | None:
         """The live session of the request's cookie, if any."""

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
-from ..errors import DropboxEvalError
+from ..errors import DropboxEvalError, answer_for
 from ..util.timestamps import now
 from ..views import Views
 from .batchpage import add_batch_pages, batch_path
@@ -41,10 +41,10 @@ def add_operator_page(
     views = Views(parts.store)
     sessions = OperatorSessions()
     api.state.operator_sessions = sessions
-    door = Door(sessions, parts.settings)
+    door = Door(sessions, parts.settings, parts.store)
 
-    def signed_in(request: Request, key: str) -> Response:
-        token, _ = sessions.open(key)
+    def signed_in(request: Request, key: str, name: str) -> Response:
+        token, _ = sessions.open(key, name)
         response = RedirectResponse("/operator", status_code=303)
         response.set_cookie(
             COOKIE,
@@ -71,10 +71,11 @@ def add_operator_page(
         if wait:  # the key is not even looked at
             message = f"too many wrong keys from your address: try again in {wait} s"
             return door.login_page(message, 429, {"Retry-After": str(wait)})
-        key = (await form_of(request)).get("key", "")
+        form = await form_of(request)
+        key = form.get("key", "")
         if key_matches(key, parts.settings.operator_key):
             throttle.succeeded(source)
-            return signed_in(request, key)
+            return signed_in(request, key, form.get("name", ""))
         wait = throttle.retry_after(source)
         later = f"; wait {wait} s before the next try" if wait else ""
         return door.login_page(f"that key is not right{later}", 401)
@@ -99,43 +100,49 @@ def add_operator_page(
     async def deliver(batch_id: str, request: Request) -> Response:
         """Re-deliver the report (`Delivery.emit` with force, as `emit --force` and the
         API do); back to the batch's page when its form says so, else to the overview."""
-        refused = await door.refusal(request)
-        if refused is not None:
-            return refused
-        try:
-            result = await run_in_threadpool(parts.delivery.emit, batch_id, force=True)
-            note = f"{batch_id}: delivered to {result.get('delivered_to')}"
-        except DropboxEvalError as exc:
-            note = f"{batch_id}: not delivered: {exc}"
+
+        def delivered() -> str:
+            result = parts.delivery.emit(batch_id, force=True)
+            return f"{batch_id}: delivered to {result.get('delivered_to')}"
+
         back = (await form_of(request)).get("back") == "batch"
-        return door.done(request, note, batch_path(batch_id) if back else "/operator")
+        where = batch_path(batch_id) if back else "/operator"
+        failed = f"{batch_id}: not delivered"
+        return await act(request, delivered, where, ("emit", batch_id), failed, force=True)
 
     add_batch_pages(api, door, views, parts.settings.gitea_url, parts.lifecycle.cancel)
 
-    async def act(request: Request, action: Callable[[], str], where: str) -> Response:
+    async def act(
+        request: Request,
+        action: Callable[[], str],
+        where: str,
+        audit: tuple[str, str],
+        failed: str = "not done",
+        **detail: Any,
+    ) -> Response:
         """A form's action: refused without a session and its CSRF token; else run (in a
-        thread), its note shown on the page it goes back to."""
+        thread), its note shown on the page it goes back to, and `audit` (action, target)
+        recorded in the audit log with its result."""
         refused = await door.refusal(request)
         if refused is not None:
             return refused
         try:
-            note = await run_in_threadpool(action)
+            note, result = await run_in_threadpool(action), "ok"
         except DropboxEvalError as exc:  # a full or read-only state, say: a note, as others
-            note = f"not done: {exc}"
+            note, result = f"{failed}: {exc}", answer_for(exc)[2]
+        await run_in_threadpool(door.record, request, *audit, result, **detail)
         return door.done(request, note, where)
 
     @api.post("/operator/batches/{batch_id}/retry", include_in_schema=False)
     async def retry(batch_id: str, request: Request) -> Response:
         def retried() -> str:
-            try:
-                receipt = parts.retries.retry(batch_id)
-            except DropboxEvalError as exc:
-                return f"{batch_id}: not retried: {exc}"
+            receipt = parts.retries.retry(batch_id)
             new, count = receipt["batch_id"], receipt["task_count"]
             return f"{batch_id}: retried by batch {new} ({count} tasks)"
 
         back = (await form_of(request)).get("back") == "batch"
-        return await act(request, retried, batch_path(batch_id) if back else "/operator")
+        where = batch_path(batch_id) if back else "/operator"
+        return await act(request, retried, where, ("retry", batch_id), f"{batch_id}: not retried")
 
     @api.post("/operator/pause", include_in_schema=False)
     async def pause(request: Request) -> Response:
@@ -143,6 +150,7 @@ def add_operator_page(
             request,
             lambda: f"intake paused since {parts.pause.pause(by='operator page')['since']}",
             "/operator",
+            ("pause", "-"),
         )
 
     @api.post("/operator/resume", include_in_schema=False)
@@ -151,7 +159,16 @@ def add_operator_page(
             request,
             lambda: "intake resumed" if parts.pause.resume() else "intake was not paused",
             "/operator",
+            ("resume", "-"),
         )
+
+
+def _not_retried(views: Views, ended_badly: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failed or expired batches left to act on: one retried already leaves the list
+    (its retry is a batch of its own, on the list while it runs); one whose retry a crash
+    interrupted stays, with Retry offered again (`retry_pending`)."""
+    rows = [views.mark_pending_retry(dict(b)) for b in ended_badly]
+    return [row for row in rows if not row.get("retried_by") or row["retry_pending"]]
 
 
 KEY_IN_URL = (
@@ -167,7 +184,7 @@ def _view(views: Views, health: Health) -> dict[str, Any]:
     overview = views.overview()
     return {
         "in_flight": overview.in_flight,
-        "ended_badly": [views.mark_pending_retry(dict(b)) for b in overview.ended_badly],
+        "ended_badly": _not_retried(views, overview.ended_badly),
         "undelivered": overview.undelivered,
         "rejections": views.rejections(20),
         "clients": overview.clients,

@@ -29,13 +29,21 @@ def key_matches(given: str | None, expected: str | None) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
+def operator_key_id(key: str | None) -> str | None:
+    """Which operator key acted, for the audit log: `op_` and the start of its sha256 (a key
+    changed is a new id; the key itself cannot be found from it)."""
+    return f"op_{hashlib.sha256(key.encode()).hexdigest()[:8]}" if key else None
+
+
 @dataclass(frozen=True)
 class Session:
-    """One signed-in browser: its forms' CSRF token, the key it signed in with, expiry."""
+    """One signed-in browser: its forms' CSRF token, the key it signed in with, expiry, and
+    the name the operator gave at sign-in (for the audit log; `operator` when none)."""
 
     csrf: str
     key_digest: bytes
     expires_at: float
+    operator: str = "operator"
 
     def allows(self, csrf: str | None) -> bool:
         """Whether a form posted `csrf` for this session (constant time)."""
@@ -54,14 +62,15 @@ class OperatorSessions:
         self._sessions: dict[bytes, Session] = {}
         self._notes: dict[bytes, str] = {}  # a form's outcome, shown once by the next view
 
-    def open(self, key: str) -> tuple[str, Session]:
-        """A new session for someone who just gave the right `key`: the cookie's token
-        (not kept) and the session."""
+    def open(self, key: str, name: str = "") -> tuple[str, Session]:
+        """A new session for someone who just gave the right `key` (and their `name`,
+        optional): the cookie's token (not kept) and the session."""
         token = secrets.token_urlsafe(32)
         session = Session(
             csrf=secrets.token_urlsafe(32),
             key_digest=_digest(key),
             expires_at=self.clock() + self.lifetime,
+            operator=operator_name(name),
         )
         with self._lock:
             self._drop_expired()
@@ -118,6 +127,13 @@ class OperatorSessions:
         for token_digest in [d for d, s in self._sessions.items() if s.expires_at <= now]:
             del self._sessions[token_digest]
             self._notes.pop(token_digest, None)
+
+
+def operator_name(name: str) -> str:
+    """The name typed at sign-in, as the audit log keeps it: printable, at most 64
+    characters, `operator` when none (it is the operator's word, not an identity)."""
+    shown = "".join(c for c in name.strip() if c.isprintable())[:64]
+    return shown or "operator"
 
 
 def _digest(value: str) -> bytes:

@@ -7,6 +7,11 @@ up to MAX_DELAY). While the door is closed every attempt is answered 429 with
 throttle's pace whatever the request rate. A sign-in with the right key forgets the
 address's failures; failures older than FORGET_AFTER are forgotten too. At most
 MAX_SOURCES addresses are remembered (the oldest goes first), so memory stays bounded.
+
+The source address is the peer's, unless the peer is a reverse proxy listed in
+SAAS_EVAL_TRUSTED_PROXIES: only then is `X-Forwarded-For` believed (`trust_proxies`). The
+servers themselves believe no header (uvicorn's `proxy_headers` is off: by default it
+trusts any loopback peer, so a header sent from the host itself would open a fresh bucket).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
+
+from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 FREE_FAILURES = 3
 FIRST_DELAY = 1.0
@@ -84,6 +93,15 @@ class LoginThrottle:
         """The right key: forget the failures of `source`."""
         with self._lock:
             self._records.pop(source, None)
+
+
+def trust_proxies(api: FastAPI, proxies: tuple[IPv4Network | IPv6Network, ...]) -> None:
+    """Take a request's client address (and scheme) from `X-Forwarded-For` (`-Proto`) only
+    when its peer is one of `proxies` (the last address in the header that is not a
+    trusted proxy); with none, the header is never read."""
+    if proxies:
+        trusted = ",".join(str(network) for network in proxies)
+        api.add_middleware(ProxyHeadersMiddleware, trusted_hosts=trusted)
 
 
 def _delay(failures: int) -> float:

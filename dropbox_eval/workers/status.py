@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ForgeError, StorageUnavailable
-from ..models import utcnow
+from ..util import timestamps
 from ..util.fileio import write_json
 
 if TYPE_CHECKING:
@@ -20,8 +20,8 @@ log = logging.getLogger("dropbox_eval")
 
 
 def now_text() -> str:
-    """The instant the status file records, as ISO text."""
-    return utcnow().isoformat()
+    """The instant the status file records, in the one format (timestamps.py)."""
+    return timestamps.now()
 
 
 class StatusFile:

@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..models import utcnow
+from ..util import timestamps
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -61,7 +61,7 @@ class WorkerState:
     restarts: int = 0
     last_error: str | None = None
     detail: str | None = None
-    since: str = field(default_factory=lambda: utcnow().isoformat())
+    since: str = field(default_factory=lambda: timestamps.now())
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form in the status file (`workers` of service.json)."""
@@ -115,7 +115,7 @@ class Supervisor:
                 if state.state in ("running", "waiting"):
                     wanted = "running" if details[name] is None else "waiting"
                     if wanted != state.state:
-                        state.since = utcnow().isoformat()
+                        state.since = timestamps.now()
                     state.state, state.detail = wanted, details[name]
             return {name: state.as_dict() for name, state in self._states.items()}
 
@@ -135,7 +135,7 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - a worker's failure must not end the service
                 log.exception("worker %s failed", name)  # a repeat within a minute: counted
                 cause = f"{type(exc).__name__}: {exc}"
-                error = f"{utcnow().isoformat()} {cause}"
+                error = f"{timestamps.now()} {cause}"
             now = time.monotonic()
             if now - started >= BACKOFF_CAP_SECONDS:  # it stayed up: a new failure, not a loop
                 delay = BACKOFF_FIRST_SECONDS
@@ -169,7 +169,7 @@ class Supervisor:
         with self._lock:
             state = self._states[name]
             if "state" in fields and fields["state"] != state.state:
-                state.since = utcnow().isoformat()
+                state.since = timestamps.now()
             for key, value in fields.items():
                 setattr(state, key, value)
 

@@ -1,0 +1,124 @@
+"""What the PostgreSQL engine adds to the store contract (test_store_contract.py runs the
+contract itself on it): the ledger's unique key makes a second charge impossible, even
+from two processes at once; the schema is migrated once, under its lock, and refused when
+newer than the code; the setting chooses the engine; errors name the database, never its
+password. On the session's private cluster (pgcluster.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from helpers import closed_port
+from pgcluster import Cluster
+
+from dropbox_eval.cli import main
+from dropbox_eval.config import Settings
+from dropbox_eval.errors import NoState, StoreError
+from dropbox_eval.models import BatchRecord, Client, LedgerEntry, LedgerKind, utcnow
+from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.pg.engine import PostgresStore
+from dropbox_eval.store.pg.migrate import latest_version, migrate
+from dropbox_eval.store.statefolder import open_store
+
+
+@pytest.fixture
+def url(pg_cluster: Cluster) -> str:
+    return pg_cluster.fresh_url()
+
+
+@pytest.fixture
+def store(url: str, tmp_path: Path) -> Iterator[PostgresStore]:
+    made = PostgresStore(url, tmp_path / "state")
+    with made.transaction() as tx:
+        tx.add_client(Client(client_id="acme", created_at=utcnow()))
+        tx.post_ledger(_entry("fund", 10))
+    yield made
+    made.close()
+
+
+def _entry(kind: LedgerKind, amount: int, held: int = 0, batch: str | None = None) -> LedgerEntry:
+    return LedgerEntry(
+        client_id="acme",
+        kind=kind,
+        amount=amount,
+        held_change=held,
+        balance_after=0,
+        batch_id=batch,
+        at=utcnow(),
+    )
+
+
+def _batch() -> BatchRecord:
+    return BatchRecord(
+        batch_id="20250101T000000Z-abc123", client_id="acme", repo="a/b", total=1,
+        created_at=utcnow(),
+    )  # fmt: skip
+
+
+def test_a_batch_is_charged_once_whoever_settles_it(store: PostgresStore, url: str) -> None:
+    batch = _batch()
+    with store.transaction() as tx:
+        tx.record_batch(batch, [], _entry("hold", 0, 3, batch.batch_id))
+    other = PostgresStore(url, store.state_dir)  # another process's pool
+    settlement = [_entry("charge", -2, 0, batch.batch_id), _entry("release", 0, -3, batch.batch_id)]
+    answers: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda s=s: answers.append(s.settle(settlement)))
+        for s in (store, other, store, other)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    other.close()
+    assert sorted(answers) == [False, False, False, True]
+    client = store.get_client("acme")
+    assert client is not None and (client.balance, client.held) == (8, 0)
+    with pytest.raises(StoreError, match="ledger_once_per_batch"), store.transaction() as tx:
+        tx.post_ledger(_entry("charge", -2, 0, batch.batch_id))  # past settle(): refused too
+    assert [e.kind for e in store.ledger("acme")] == ["fund", "hold", "charge", "release"]
+
+
+def test_the_schema_is_migrated_once_and_a_newer_one_is_refused(url: str) -> None:
+    assert migrate(url) == []  # the template was migrated: nothing left
+    with psycopg.connect(url, autocommit=True) as conn:
+        versions = conn.execute("SELECT version FROM schema_migrations").fetchall()
+        assert versions == [(latest_version(),)]
+        conn.execute("INSERT INTO schema_migrations VALUES (9999, 'future', now())")
+    with pytest.raises(StoreError, match="newer than this version"):
+        migrate(url)
+
+
+def test_an_empty_database_is_migrated_at_start_and_not_by_a_reader(
+    pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    empty = pg_cluster.fresh_url(migrated=False)
+    with pytest.raises(NoState, match="dropbox-eval migrate"):
+        PostgresStore(empty, tmp_path, read_only=True)
+    result = CliRunner().invoke(main, ["migrate"], env={"SAAS_EVAL_DATABASE_URL": empty})
+    assert result.exit_code == 0 and "applied 0001_init" in result.output
+    again = CliRunner().invoke(main, ["migrate"], env={"SAAS_EVAL_DATABASE_URL": empty})
+    assert "up to date" in again.output
+    PostgresStore(empty, tmp_path, read_only=True).close()  # now readable
+
+
+def test_the_setting_chooses_the_engine(url: str, tmp_path: Path) -> None:
+    assert Settings(database_url="").database_url is None
+    with pytest.raises(ValueError, match="postgresql://"):
+        Settings(database_url="mysql://x/y")
+    chosen = open_store(tmp_path / "pg", database_url=url)
+    assert isinstance(chosen, PostgresStore)
+    chosen.close()
+    assert isinstance(open_store(tmp_path / "files"), TinyDBStore)
+
+
+def test_an_unreachable_database_is_named_without_its_password(tmp_path: Path) -> None:
+    url = f"postgresql://who:s3cret@127.0.0.1:{closed_port()}/nowhere"
+    with pytest.raises(StoreError) as caught:
+        PostgresStore(url, tmp_path)
+    assert "nowhere on 127.0.0.1" in str(caught.value) and "s3cret" not in str(caught.value)
