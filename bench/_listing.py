@@ -24,7 +24,7 @@ from _common import BenchResult, add_history_ratios
 from dropbox_eval.app import build_app
 from dropbox_eval.config import load_settings
 from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
-from dropbox_eval.store.archiving import _count
+from dropbox_eval.store.archiving import count_archived
 from dropbox_eval.store.rows import summary_row
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
@@ -62,7 +62,7 @@ def history(home: Path, batches: int) -> tuple[Callable[[], object], ...]:
         ]
         app.store.archive_rows.add(summary_row(batch), entries)
         with app.store._index_change() as data:  # noqa: SLF001 - counted as archive() does
-            _count(data["counts"], batch)
+            count_archived(data["counts"], batch)
     key = app.billing.new_api_key("acme")
     server = BackgroundServer(create_api(app.web), name="bench-api")
     url = server.start()

@@ -12,7 +12,8 @@ from pathlib import Path
 from .billing.accounts import Billing
 from .config import Settings
 from .delivery.deliverer import Delivery
-from .delivery.emitter import Emitter, FileEmitter, WebhookEmitter
+from .delivery.emitter import Emitter, FileEmitter
+from .delivery.webhook import WebhookEmitter
 from .forge.client import GiteaClient
 from .forge.limiter import Limiter
 from .forge.scheduler import ForgeScheduler

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
-from dropbox_eval.delivery.emitter import WebhookEmitter
+from dropbox_eval.delivery.webhook import WebhookEmitter
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.schemas import NAMES, shipped
 from dropbox_eval.service import Service

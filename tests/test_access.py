@@ -15,7 +15,7 @@ import pytest
 import requests
 from conftest import PATIENCE, Cli, isolated_cli, read_json, served, settings_on, tasks, wait_for
 from helpers import drop, finish_issues, receipt_of
-from sftp_stack import Stack, running_stack, sftp
+from sftp_stack import Stack, close, paramiko_client, running_stack, sftp
 
 from dropbox_eval.app import App, build_app
 from dropbox_eval.billing.accounts import hash_api_key
@@ -215,3 +215,48 @@ def test_the_page_and_the_operator_api_are_in_the_audit_log(
     assert len(audit_file.read_text().splitlines()) == 5
     shown = cli("audit")
     assert shown.exit_code == 0 and "not_retryable" in shown.output
+
+
+def test_a_clients_junk_ids_reach_neither_the_audit_log_nor_the_operators_terminal(
+    app: App, cli: Cli
+) -> None:
+    app.billing.add_client("acme", 10)
+    key = app.billing.new_api_key("acme")
+    with served(app) as url:
+        for junk in ("%1b%5b2J%1b%5d0%3bpwned%07", "x%0a{}", ".."):
+            refused = call(url, key, "DELETE", f"/{junk}")
+            assert refused.status_code == 404 and refused.json()["reason"] == "not_found"
+        assert call(url, key, "DELETE", "/20990101-000000-000000000").status_code == 404
+    # a batch-shaped id is recorded (someone tried it); junk is refused before the log
+    assert [e[1] for e in actions(cli)] == ["20990101-000000-000000000"]
+    app.store.record_action("delete", "\x1b[2J\x1b]0;pwned", actor="a\nb", via="api")
+    shown = cli("audit")
+    assert shown.exit_code == 0 and "\x1b" not in shown.output and "\\x1b[2J" in shown.output
+    assert "a\\nb" in shown.output
+
+
+def test_a_session_open_when_its_key_is_revoked_or_its_client_disabled_uploads_no_more(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leaked key's session does not outlive the revocation: each upload's start asks
+    again whether the session's key is listed and its client may send work."""
+    cli = isolated_cli(stack.home, stack.forge, monkeypatch)
+    body = json.dumps({"tasks": tasks(1)}).encode()
+    sftp_key = next(r for r in as_json(cli, "clients", "keys", "acme") if r["kind"] == "sftp")
+    cut_offs = (
+        (("clients", "disable", "acme"), "client_disabled", ("clients", "enable", "acme")),
+        (("clients", "revoke-key", "acme", sftp_key["key_id"]), "revoked", None),
+    )
+    for cut_off, reason, undo in cut_offs:
+        session = paramiko_client(stack)
+        try:
+            with session.open(f"before-{reason}.json", "wb") as upload:
+                upload.write(body)
+            assert cli(*cut_off).exit_code == 0
+            with pytest.raises(PermissionError, match=reason):
+                session.open(f"after-{reason}.json", "wb")
+        finally:
+            close(session)
+        assert not (stack.folder("acme") / f"after-{reason}.json").exists()
+        if undo:
+            assert cli(*undo).exit_code == 0

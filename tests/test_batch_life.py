@@ -150,6 +150,32 @@ def test_the_list_filters_by_status_and_client_and_pages_by_a_cursor(
     assert _call(url, "wrong-key", "GET").status_code == 401
 
 
+def test_a_cursor_of_another_clients_or_a_deleted_batch_is_refused_not_an_empty_page(
+    app: App, funded: str, forge: SandboxForge, operator_web: tuple[str, Any]
+) -> None:
+    url, _ = operator_web
+    app.billing.add_client("beta", 100)
+    key, beta = app.billing.new_api_key("acme"), app.billing.new_api_key("beta")
+    theirs = _call(url, beta, "POST", json={"tasks": tasks(1)}).json()["batch_id"]
+    ours = [_drop(app, f"c{n}.json")["batch_id"] for n in range(3)]
+    stranger = _call(url, key, "GET", params={"after": theirs})  # no hint it exists
+    assert stranger.status_code == 422 and stranger.json() == _call(
+        url, key, "GET", params={"after": "20990101-000000-000000000"}
+    ).json() | {"message": f"`after`: no batch {theirs!r} in this list"}
+    first = _call(url, key, "GET", params={"limit": 1})
+    cursor = first.headers["X-Next-After"]
+    assert cursor == ours[2]
+    _finish(app, forge, cursor)
+    app.delivery.emit(cursor)
+    assert _call(url, key, "DELETE", f"/{cursor}").status_code == 200
+    gone = _call(url, key, "GET", params={"limit": 1, "after": cursor})
+    assert gone.status_code == 422 and "was deleted" in gone.json()["message"]
+    again = _call(url, key, "GET", params={"limit": 5})  # from the first page: the rest
+    assert again.status_code == 200, again.text
+    assert [b["batch_id"] for b in again.json()] == [ours[1], ours[0]]
+    assert _call(url, OPERATOR_KEY, "GET", params={"after": theirs}).status_code == 200
+
+
 # -- delete -------------------------------------------------------------------------------
 
 

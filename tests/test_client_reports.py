@@ -35,14 +35,20 @@ class World:
     batches: dict[str, str]
     undelivered: str
     running: str
+    lines: str  # other's batch dropped as JSON Lines: its report has a `.jsonl` twin
 
     def report(self, batch_id: str, folder: str = "") -> Path:
         return self.stack.home / "outbox" / folder / f"{batch_id}.json"
 
 
 def _upload(stack: Stack, client: str, name: str, **extra: Any) -> str:
-    """Drop a one-task batch over SFTP; its batch id from the receipt."""
-    body = json.dumps({"client_id": client, "batch_ref": name[:-5], "tasks": tasks(1), **extra})
+    """Drop a one-task batch over SFTP (as JSON Lines for a `.jsonl` name); its batch id
+    from the receipt."""
+    batch = {"client_id": client, "batch_ref": name.rsplit(".", 1)[0], **extra}
+    if name.endswith(".jsonl"):
+        body = "\n".join(json.dumps(line) for line in [{"batch": batch}, *tasks(1)])
+    else:
+        body = json.dumps({**batch, "tasks": tasks(1)})
     session = paramiko_client(stack, user=client, key=client)
     try:
         with session.open(name, "wb") as handle:
@@ -83,10 +89,11 @@ def _finished_world(stack: Stack, receiver: Receiver) -> World:
     batches = {client: _upload(stack, client, f"{client}.json") for client in ("acme", "other")}
     undelivered = _upload(stack, "acme", "hook.json", callback_url=receiver.url)
     running = _upload(stack, "acme", "still.json")
-    for batch_id in (*batches.values(), undelivered):
+    lines = _upload(stack, "other", "lines.jsonl")
+    for batch_id in (*batches.values(), undelivered, lines):
         _finish(stack, batch_id)
-    world = World(stack, batches, undelivered, running)
-    assert wait_for(lambda: all(world.report(b).exists() for b in batches.values()), 60)
+    world = World(stack, batches, undelivered, running, lines)
+    assert wait_for(lambda: all(world.report(b).exists() for b in [*batches.values(), lines]), 60)
     assert wait_for(lambda: world.report(undelivered, "undelivered").exists(), 60)
     return world
 
@@ -123,6 +130,26 @@ def test_each_client_lists_and_fetches_its_own_reports_and_receipts(
         assert f"{world.undelivered}.json" in listed
     else:
         assert world.undelivered not in listed
+
+
+def test_a_json_lines_batch_has_its_jsonl_report_in_the_view_too(
+    world: World, tmp_path: Path
+) -> None:
+    lines, plain = world.lines, world.batches["other"]
+    client = paramiko_client(world.stack, user="other", key="other")
+    try:
+        names = client.listdir("reports")
+        with client.open(f"reports/{lines}.jsonl", "rb") as handle:
+            fetched = handle.read()
+    finally:
+        close(client)
+    assert {f"{lines}.json", f"{lines}.jsonl", f"{plain}.json"} <= set(names)
+    assert f"{plain}.jsonl" not in names  # a JSON batch's report has no twin
+    assert fetched == world.report(lines).with_suffix(".jsonl").read_bytes()
+    done = sftp(
+        world.stack, f"get reports/{lines}.jsonl got\n", user="acme", key="acme", cwd=tmp_path
+    )
+    assert done.returncode != 0 and not (tmp_path / "got").exists()  # not acme's
 
 
 def _paths_to(world: World, them: str) -> list[str]:

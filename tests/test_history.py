@@ -4,7 +4,12 @@ a tombstone replaces a batch; a state archived as two files per batch is still r
 
 from __future__ import annotations
 
+import itertools
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +24,7 @@ from dropbox_eval.errors import NotFoundError
 from dropbox_eval.models import BatchRecord, BatchStatus, TaskRecord, TaskSpec, TaskStatus, utcnow
 from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.store.files import write_table
+from dropbox_eval.util import crashpoints
 
 
 def _archived(store: TinyDBStore, n: int, *, client_id: str = "acme", tasks: int = 2) -> str:
@@ -124,3 +130,34 @@ def test_a_state_archived_as_two_files_per_batch_is_still_read(tmp_path: Path) -
     assert [r.batch_id for r in old.page_batches()] == [batch_id]
     checked = CliRunner().invoke(main, ["--home", str(home), "check"])
     assert checked.exit_code == 0, checked.output
+
+
+BURY = """
+import sys
+from pathlib import Path
+from dropbox_eval.store.engine import TinyDBStore
+TinyDBStore(Path(sys.argv[1])).bury_batch(sys.argv[2], reason="delete", keep={"kept": 1})
+"""
+
+
+def test_a_burial_cut_short_at_any_write_is_finished_by_burying_again(tmp_path: Path) -> None:
+    kept = {"kept": 1}
+    for crash_after in itertools.count(1):
+        state = tmp_path / str(crash_after)
+        store = TinyDBStore(state)
+        batch_id, other = _archived(store, 1), _archived(store, 2)
+        env = {**os.environ, crashpoints.ENV: f"bury:{crash_after}"}
+        done = subprocess.run(
+            [sys.executable, "-c", BURY, str(state), batch_id], env=env, capture_output=True
+        )
+        store = TinyDBStore(state)  # as a restarted process sees it
+        if done.returncode == 0:  # no write left to cut: every crash point was walked
+            assert store.bury_batch(batch_id, reason="delete", keep=kept) is False
+            break
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        store.bury_batch(batch_id, reason="delete", keep=kept)
+        assert store.bury_batch(batch_id, reason="delete", keep=kept) is False
+        assert store.tombstone(batch_id) == kept  # whole, never a bare one
+        assert store.count_batches() == {"emitted": 1}  # uncounted once
+        assert [r.batch_id for r in store.page_batches(limit=5)] == [other]
+    assert crash_after > 3

@@ -19,7 +19,8 @@ import trustme
 from conftest import Receiver, read_json, tasks
 
 from dropbox_eval.app import App
-from dropbox_eval.delivery.emitter import Emitter, FileEmitter, WebhookEmitter
+from dropbox_eval.delivery.emitter import Emitter, FileEmitter
+from dropbox_eval.delivery.webhook import WebhookEmitter
 from dropbox_eval.errors import BatchRejected, DeliveryError
 from dropbox_eval.protocol.callbacks import CallbackPolicy
 from dropbox_eval.sandbox import SandboxForge

@@ -16,6 +16,7 @@ from helpers import drop, finish_issues, receipt_of
 from dropbox_eval.app import App
 from dropbox_eval.errors import BatchRejected
 from dropbox_eval.inbox.validation import check_file
+from dropbox_eval.ops.retention import Retention
 from dropbox_eval.protocol.batchlines import parse_batch_lines
 from dropbox_eval.sandbox import SandboxForge
 
@@ -135,3 +136,24 @@ def test_the_api_takes_and_answers_json_lines(app: App, funded: str, forge: Sand
     assert streamed.headers["content-type"].startswith("application/x-ndjson")
     first, *rest = [json.loads(line) for line in streamed.text.splitlines()]
     assert first["batch"]["batch_ref"] == "api-lines" and rest == whole["results"]
+
+
+def test_delete_removes_a_json_lines_drop_and_both_reports(
+    app: App, funded: str, forge: SandboxForge
+) -> None:
+    inbox, outbox = app.settings.inbox_path, app.settings.outbox_path
+    first = drop(inbox, "run.ndjson", lines({"batch": {"batch_ref": "one"}}, *tasks(1)), funded)
+    app.inbox.process(first)
+    second = drop(inbox, "run.ndjson", lines({"batch": {"batch_ref": "two"}}, *tasks(1)), funded)
+    app.inbox.process(second)  # the name is taken in accepted/: filed as run.1.ndjson
+    accepted = first.parent / "accepted"
+    batch_id = read_json(accepted / "run.1.ndjson.receipt.json")["batch_id"]
+    app.intake.open_issues(batch_id)
+    finish_issues(forge, app.store.get_batch(batch_id).repo)
+    app.poller.poll_completed(batch_id, full=True)
+    app.delivery.emit(batch_id)
+    reports = [outbox / f"{batch_id}.json", outbox / f"{batch_id}.jsonl"]
+    assert all(path.is_file() for path in reports)
+    Retention(app.store, app.billing, app.settings).delete(batch_id)
+    assert not any(path.exists() for path in reports)
+    assert sorted(p.name for p in accepted.iterdir()) == ["run.ndjson", "run.ndjson.receipt.json"]

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 from conftest import OPERATOR_KEY, wait_for
-from fastapi import FastAPI
 
 from dropbox_eval.app import App
 from dropbox_eval.util.webserver import BackgroundServer

@@ -14,7 +14,8 @@ from conftest import Receiver, read_json, tasks
 from helpers import closed_port
 
 from dropbox_eval.app import App
-from dropbox_eval.delivery.emitter import Emitter, FileEmitter, WebhookEmitter
+from dropbox_eval.delivery.emitter import Emitter, FileEmitter
+from dropbox_eval.delivery.webhook import WebhookEmitter
 from dropbox_eval.errors import DeliveryError, ForgeRetryable
 from dropbox_eval.forge.client import GiteaClient
 from dropbox_eval.protocol.callbacks import CallbackPolicy

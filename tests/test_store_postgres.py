@@ -20,6 +20,8 @@ from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import NoState, StoreError
 from dropbox_eval.models import BatchRecord, Client, LedgerEntry, LedgerKind, utcnow
+from dropbox_eval.sftp.keys import KeyStore
+from dropbox_eval.sftp.reports import Owners
 from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.store.pg.engine import PostgresStore
 from dropbox_eval.store.pg.migrate import latest_version, migrate
@@ -122,3 +124,28 @@ def test_an_unreachable_database_is_named_without_its_password(tmp_path: Path) -
     with pytest.raises(StoreError) as caught:
         PostgresStore(url, tmp_path)
     assert "nowhere on 127.0.0.1" in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+def test_sftp_reads_its_clients_and_batches_from_the_database(
+    store: PostgresStore, url: str, tmp_path: Path
+) -> None:
+    # The endpoint's own files are in a folder of its own: no TinyDB state is there, so an
+    # SFTP part that read the folder, not the database, would refuse every login.
+    batch = _batch()
+    with store.transaction() as tx:
+        tx.record_batch(batch, [], _entry("hold", 0, 1, batch.batch_id))
+    node = tmp_path / "sftp-node"
+    node.mkdir()
+    keys = KeyStore(node, url)
+    assert keys.refusal("acme") is None
+    keys.close()
+    assert "cannot read your account" in (KeyStore(node).refusal("acme") or "")
+    owners = Owners(node, url)
+    assert owners.owns("acme", batch.batch_id)
+    assert owners.batch_ids("acme") == [batch.batch_id]
+    owners.close()
+    with store.transaction() as tx:
+        tx.update_client("acme", disabled_at=utcnow().isoformat())
+    keys = KeyStore(node, url)
+    assert "client_disabled" in (keys.refusal("acme") or "")
+    keys.close()

@@ -24,7 +24,8 @@ SFTP_KEY_PREFIX = "SHA256:"
 def _sftp_keys(obj: Context) -> Any:
     from ..sftp.keys import KeyStore
 
-    return KeyStore(obj.settings().state_path)
+    settings = obj.settings()
+    return KeyStore(settings.state_path, settings.database_url)
 
 
 @click.command("keys")

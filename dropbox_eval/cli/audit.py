@@ -15,6 +15,7 @@ from rich.text import Text
 
 from ..errors import DropboxEvalError, answer_for, storage_error
 from ..store.audit import local_user, record_action
+from ..util.printable import printable
 from ..views import Views
 from . import STATE, Context, uses
 from .output import console, emit_json, friendly_errors, json_option
@@ -76,7 +77,9 @@ def audit(obj: Context, limit: int, show_all: bool, as_json: bool) -> None:
         detail = " ".join(f"{k}={v}" for k, v in sorted(entry.get("detail", {}).items()))
         cells = (entry["at"], who, entry["via"], entry["action"], entry["target"])
         table.add_row(
-            *(Text(cell) for cell in (*cells, entry["result"], detail)),  # never markup
+            # never markup, and a client's text (a batch id it asked to delete) is escaped:
+            # it must not move the operator's cursor or rewrite the terminal
+            *(Text(printable(cell)) for cell in (*cells, entry["result"], detail)),
             style=None if entry["result"] == "ok" else "red",
         )
     console.print(table)

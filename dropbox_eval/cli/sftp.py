@@ -109,7 +109,7 @@ def add_key_command(obj: Context, client_id: str, keyfile: Any, as_json: bool) -
 
     with friendly_errors(as_json), audited(obj, "clients add-key", client_id) as detail:
         settings = _existing_client(obj, client_id)
-        added = KeyStore(settings.state_path).add(client_id, keyfile.read())
+        added = KeyStore(settings.state_path, settings.database_url).add(client_id, keyfile.read())
         detail["keys"] = [k.fingerprint for k in added]
     if as_json:
         emit_json({"ok": True, "client_id": client_id, "added": [_key_row(k) for k in added]})
@@ -132,7 +132,7 @@ def remove_key_command(obj: Context, client_id: str, fingerprint: str, as_json: 
 
     with friendly_errors(as_json), audited(obj, "clients remove-key", client_id, key=fingerprint):
         settings = _existing_client(obj, client_id)
-        key = KeyStore(settings.state_path).remove(client_id, fingerprint)
+        key = KeyStore(settings.state_path, settings.database_url).remove(client_id, fingerprint)
     if as_json:
         emit_json({"ok": True, "client_id": client_id, "removed": _key_row(key)})
     else:

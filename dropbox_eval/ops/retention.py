@@ -7,7 +7,7 @@ the ledger keeps every entry, and the client's balance and held credits do not m
 batch whose final charge a crash left unposted is settled first, as the state check
 would). Write order: the settlement if missing, the files outside the state folder, then
 the store's one switch from the batch to its tombstone; a delete cut short leaves the
-batch readable (its report is on its record), and deleting it again finishes.
+batch readable (its report kept beside its record), and deleting it again finishes.
 
 `prune` deletes every batch that ended before the cutoff (`SAAS_EVAL_RETENTION_DAYS`, or
 `--older-than`) and removes the rejected drops, their error files and the accepted cancel
@@ -25,7 +25,7 @@ from typing import Any
 from ..billing.accounts import Billing
 from ..config import Settings
 from ..errors import DropboxEvalError, InvalidArgument, NotFinished, NotFoundError, answer_for
-from ..models import BatchRecord, BatchStatus
+from ..models import BatchRecord, BatchStatus, is_valid_id
 from ..protocol.report import status_counts
 from ..store import Store
 from ..util.timestamps import now, parse, rfc3339, utcnow
@@ -75,6 +75,9 @@ class Retention:
         """Delete an ended batch (with `client_id`, only that client's: another's is
         unknown); returns its tombstone. A running batch is NotFinished (409); a batch
         deleted already answers its tombstone again."""
+        if not is_valid_id(batch_id):  # no batch's id: nothing to record (a client's
+            # junk ids would grow the audit log, which is never pruned)
+            raise NotFoundError(f"no batch {batch_id!r}")
         asked = {"client_id": client_id} if client_id else {}
         try:
             tombstone = self._delete(batch_id, client_id, by="client" if client_id else "operator")

@@ -126,9 +126,9 @@ def in_client_order(document: bytes) -> dict[str, Any]:
     fields as `Report` lists them; each line's task first), as `build_report` made it."""
     report: dict[str, Any] = json.loads(document)
     report = {name: report[name] for name in Report.model_fields if name in report} | report
-    report["results"] = [
-        {key: line[key] for key in LINE_ORDER if key in line} | line for line in report["results"]
-    ]
+    results = report["results"]
+    for place, line in enumerate(results):  # one line at a time: the old one goes at once
+        results[place] = {key: line[key] for key in LINE_ORDER if key in line} | line
     return report
 
 

@@ -17,7 +17,8 @@ What a client may do:
 - rename or remove such names in its folder (WinSCP's `.filepart` then rename);
 - list and read `accepted/` and `rejected/` (receipts and error files), never write there;
   remove a file of `rejected/` (it counts against the quota until then);
-- list and read its own reports in `reports/` and `reports/undelivered/` (reports.py).
+- list and read its own reports in `reports/` and `reports/undelivered/` (reports.py);
+  a file is read only when it is a regular file, never through a link (download.py).
 
 Open files are capped per session and per client, and uploads by the client's storage
 quota (bounds.py). The event loop serves every session, so what waits on the disk or reads
@@ -33,8 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncssh
@@ -49,8 +49,9 @@ from asyncssh import (
     SFTPQuotaExceeded,
 )
 
-from . import upload
+from . import download, upload
 from .bounds import REJECTED, OpenFilesLimit, SessionBounds, remove_rejected
+from .download import Download, open_regular
 from .durable import FolderSync
 from .listing import Listing, group_name, user_name
 from .paths import (
@@ -68,13 +69,6 @@ from .reports import ReportsView
 from .upload import FileReport
 
 
-@dataclass
-class Download:
-    """An open receipt or error file."""
-
-    fd: int
-
-
 class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
     """SFTP over one client's inbox folder (see the module docstring)."""
 
@@ -88,15 +82,19 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         bounds: SessionBounds,
         reports: ReportsView,
         folder_sync: FolderSync,
+        may_upload: Callable[[], str | None] = lambda: None,
     ) -> None:
         """`folder` is `inbox/<client_id>` (created if missing, never through a symlink);
-        `folder_sync` its group commit, shared by the client's sessions."""
+        `folder_sync` its group commit, shared by the client's sessions; `may_upload` why
+        the session may no longer upload (its key revoked, its client disabled), asked at
+        each upload's start, so a session outlives neither."""
         super().__init__(chan)
         self._max_bytes = max_bytes
         self._report = report
         self._bounds = bounds
         self._reports = reports
         self._folder_sync = folder_sync
+        self._may_upload = may_upload
         self._root = open_client_folder(folder)
         self._listing = Listing(self._folder_fd, self.format_longname)
 
@@ -195,8 +193,9 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
             raise
         try:
             if pflags & FXF_WRITE:
+                self._refuse_if_revoked(target)
                 return upload.start(self._root, target, pflags, self._bounds)
-            return Download(await self._open_readable(target))
+            return await self._open_readable(target)
         except SFTPQuotaExceeded as exc:
             self._bounds.close_file()
             self._report(str(target), 0, f"refused ({exc.reason})", None)
@@ -205,7 +204,13 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
             self._bounds.close_file()
             raise
 
-    async def _open_readable(self, target: Target) -> int:
+    def _refuse_if_revoked(self, target: Target) -> None:
+        refusal = self._may_upload()
+        if refusal is not None:
+            self._report(str(target), 0, f"refused ({refusal})", None)
+            raise SFTPPermissionDenied(refusal)
+
+    async def _open_readable(self, target: Target) -> Download:
         if target.folder is None or target.name is None:
             raise SFTPPermissionDenied(
                 "only files in accepted/, rejected/ and reports/ can be read"
@@ -214,27 +219,15 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         try:
             if await self._find(folder, target) is None:
                 raise SFTPNoSuchFile("no such file")
-            fd = os.open(
-                target.name,
-                os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                dir_fd=folder,
-            )
-        except FileNotFoundError:
-            raise SFTPNoSuchFile("no such file") from None
-        except OSError:
-            raise SFTPPermissionDenied("not a regular file") from None
+            return open_regular(folder, target.name)
         finally:
             os.close(folder)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise SFTPPermissionDenied("not a regular file")
-        return fd
 
     def read(self, file_obj: object, offset: int, size: int) -> bytes:
         """Read from a receipt or error file."""
         if not isinstance(file_obj, Download):
             raise SFTPPermissionDenied("uploads cannot be read back")
-        return os.pread(file_obj.fd, size, offset)
+        return download.read(file_obj, offset, size)
 
     def write(self, file_obj: object, offset: int, data: bytes) -> int:
         """Write to an upload; past SAAS_EVAL_MAX_FILE_BYTES the upload fails and is removed."""

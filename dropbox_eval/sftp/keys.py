@@ -73,9 +73,11 @@ def _describe(key: asyncssh.SSHKey) -> AuthorizedKey:
 class KeyStore:
     """Per-client public key files under `<state>/sftp/keys/`."""
 
-    def __init__(self, state_dir: Path) -> None:
-        """Keys live in `state_dir/sftp/keys`."""
+    def __init__(self, state_dir: Path, database_url: str | None = None) -> None:
+        """Keys live in `state_dir/sftp/keys`; the clients are read from the store, on
+        PostgreSQL when `database_url` is set (the service's SAAS_EVAL_DATABASE_URL)."""
         self.state_dir = state_dir
+        self.database_url = database_url
         self.folder = state_dir / "sftp" / "keys"
         self._store: Store | None = None
 
@@ -182,7 +184,9 @@ class KeyStore:
         its account unreadable now); None when it may."""
         try:
             if self._store is None:
-                self._store = open_store(self.state_dir, read_only=True)
+                self._store = open_store(
+                    self.state_dir, read_only=True, database_url=self.database_url
+                )
             client = self._store.get_client(client_id)
         except DropboxEvalError as exc:
             log.warning("sftp: cannot read the client %s: %s", client_id, exc)
@@ -192,6 +196,19 @@ class KeyStore:
         if client.disabled_at is not None:
             return f"client_disabled: client {client_id!r} is disabled; ask the operator"
         return None
+
+    def close(self) -> None:
+        """Close the store `refusal` reads (a database's connections)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def session_refusal(self, client_id: str, fingerprint: str) -> str | None:
+        """Why a session opened with this key may no longer start an upload (the key was
+        revoked, or the client disabled or removed since the login); None when it may."""
+        if all(k.fingerprint != fingerprint for k in self.keys(client_id)):
+            return f"key {fingerprint} was revoked: log in again with a listed key"
+        return self.refusal(client_id)
 
     def _times_path(self, client_id: str) -> Path:
         return self._path(client_id).with_suffix(".json")

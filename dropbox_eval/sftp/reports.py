@@ -1,6 +1,7 @@
 """`reports/` in a client's SFTP view: its own reports, read-only, straight from the outbox.
 
-On disk a report stays where the file protocol puts it, `outbox/<batch_id>.json` (and
+On disk a report stays where the file protocol puts it, `outbox/<batch_id>.json` (with
+`<batch_id>.jsonl` beside it for a batch that came as JSON Lines, and
 `outbox/undelivered/<batch_id>.json` while its callback is failing); every client's
 reports share those folders. The view shows one client exactly its own: `reports/` lists
 the client's batches (from the state folder, read-only) whose report is in the outbox, and
@@ -39,7 +40,7 @@ log = logging.getLogger("dropbox_eval")
 UNDELIVERED = f"{REPORTS_DIR}/{UNDELIVERED_DIR}"
 FOLDERS = (REPORTS_DIR, UNDELIVERED)
 """The view's folders, as `paths.Target.folder` names them."""
-REPORT_SUFFIX = ".json"
+REPORT_SUFFIXES = (".json", ".jsonl")  # the report, and its JSON Lines twin where written
 Result = TypeVar("Result")
 
 
@@ -50,10 +51,11 @@ class Owners:
     the client can retry (and a warning for the operator).
     """
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, database_url: str | None = None) -> None:
         """The store is opened on first use (the service may not have created it yet), on
-        the one thread that reads it."""
+        the one thread that reads it; on PostgreSQL when `database_url` is set."""
         self.state_dir = state_dir
+        self.database_url = database_url
         self._store: Store | None = None
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sftp-state")
 
@@ -62,13 +64,17 @@ class Owners:
         return await asyncio.get_running_loop().run_in_executor(self._reader, question)
 
     def close(self) -> None:
-        """Stop the state's thread (reads not yet started are dropped)."""
+        """Stop the state's thread (reads not yet started are dropped) and close the store."""
         self._reader.shutdown(wait=False, cancel_futures=True)
+        if self._store is not None:
+            self._store.close()
 
     def _opened(self) -> Store | None:
         if self._store is None:
             try:
-                self._store = open_store(self.state_dir, read_only=True)
+                self._store = open_store(
+                    self.state_dir, read_only=True, database_url=self.database_url
+                )
             except NoState:
                 return None
         return self._store
@@ -128,10 +134,10 @@ class ReportsView:
             os.close(outbox)
 
     async def names(self) -> list[str]:
-        """The file names of the client's reports, newest batch first (whether each is in
-        a folder is for the listing to find)."""
+        """The file names the client's reports may have, newest batch first (whether each
+        is in a folder is for the listing to find)."""
         batch_ids = await self.owners.read(lambda: self.owners.batch_ids(self.client_id))
-        return [f"{batch_id}{REPORT_SUFFIX}" for batch_id in batch_ids]
+        return [f"{batch_id}{suffix}" for batch_id in batch_ids for suffix in REPORT_SUFFIXES]
 
     async def find(self, folder_fd: int, name: str) -> os.stat_result | None:
         """The attributes of the client's own report `name` in an open view folder."""
@@ -141,7 +147,8 @@ class ReportsView:
         return info if info is not None and stat.S_ISREG(info.st_mode) else None
 
     async def _owned(self, name: str) -> bool:
-        batch_id = name.removesuffix(REPORT_SUFFIX)
-        if not name.endswith(REPORT_SUFFIX):
+        suffix = next((s for s in REPORT_SUFFIXES if name.endswith(s)), None)
+        if suffix is None:
             return False
+        batch_id = name.removesuffix(suffix)
         return await self.owners.read(lambda: self.owners.owns(self.client_id, batch_id))

@@ -55,7 +55,7 @@ class Endpoint:
     def __init__(self, settings: Settings) -> None:
         """Creates the host key on first use (under the state folder)."""
         self.settings = settings
-        self.keys = KeyStore(settings.state_path)
+        self.keys = KeyStore(settings.state_path, settings.database_url)
         self.limiter = FailureLimiter(
             settings.sftp_max_auth_failures,
             settings.sftp_max_auth_users,
@@ -67,7 +67,7 @@ class Endpoint:
             settings.sftp_max_client_open_files,
             settings.client_quota_bytes,
         )
-        self.owners = Owners(settings.state_path)
+        self.owners = Owners(settings.state_path, settings.database_url)
         self.folder_syncs = FolderSyncs()
         self.files = FileLog(settings.inbox_path)
         self.host_key = load_or_create_host_key(settings.state_path)
@@ -111,6 +111,9 @@ class Endpoint:
                 bounds=self.bounds.session(session.client_id),
                 reports=ReportsView(self.settings.outbox_path, session.client_id, self.owners),
                 folder_sync=self.folder_syncs.of(session.client_id),
+                may_upload=lambda: self.keys.session_refusal(
+                    session.client_id, session.fingerprint
+                ),
             )
         except OSError as exc:  # asyncssh then drops the connection: nothing was opened
             log.warning(
@@ -209,3 +212,4 @@ async def _serve(
         acceptor.close()
         await acceptor.wait_closed()
         endpoint.owners.close()
+        endpoint.keys.close()

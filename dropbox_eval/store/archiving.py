@@ -73,7 +73,7 @@ class Archiving(_Base):
                 k: r for k, r in data["batches"].items() if r["batch_id"] != batch.batch_id
             }
             data["ledger"] = {k: e for k, e in data["ledger"].items() if k not in entries}
-            _count(data["counts"], batch)
+            count_archived(data["counts"], batch)
             tasks = self._task_statuses(batch.batch_id)
             totals.add(data["counts"]["1"], summary_row(batch), tasks, list(entries.values()))
 
@@ -131,27 +131,6 @@ class Archiving(_Base):
         unlink_quietly(self.leases_dir / f"{batch_id}.lock")
         self.parsed_tasks.forget(batch_id)
 
-    def bury_batch(self, batch_id: str, *, reason: str) -> bool:
-        """Replace an archived batch by a tombstone (contract.py). Write order: the listing
-        rows' tombstones, the history's, then one index write uncounting it; a crash
-        before the last leaves it counted, and burying it again finishes (the listing's
-        tombstones then repeat, which readers take once)."""
-        with self.locked():
-            if any(r["batch_id"] == batch_id for r in self._live_rows()):
-                return False
-            try:
-                batch = self.get_batch(batch_id)
-            except NotFoundError:
-                return False
-            at = utcnow().isoformat()
-            self.archive_rows.bury(batch_id, batch.client_id, at)
-            self.history.bury(batch_id, {"at": at, "reason": reason, "status": batch.status})
-            for kind in ("batches", "tasks"):  # an older state's two files
-                unlink_quietly(self.archive_dir / batch_id[:6] / kind / f"{batch_id}.json")
-            with self._index_change() as data:
-                _count(data["counts"], batch, -1)
-        return True
-
     def archived_record(self, batch_id: str) -> BatchRecord | None:
         """The record of a batch the history holds (None: not there, or buried)."""
         row = self.history.record(batch_id)
@@ -172,7 +151,7 @@ class Archiving(_Base):
         return self.tasks.read(batch_id) if found is None else found
 
 
-def _count(table: dict[str, Any], batch: BatchRecord, by: int = 1) -> None:
+def count_archived(table: dict[str, Any], batch: BatchRecord, by: int = 1) -> None:
     """Count an archived batch per status, for everyone and for its client (`by` -1:
     uncount a buried one)."""
     doc = table.setdefault("1", {})

@@ -244,6 +244,7 @@ class StoreBase:
                 self.batches_dir / f"{batch_id}.json",
             ):
                 unlink_quietly(path)
+        self.parsed_tasks.forget(batch_id)
 
     def is_recorded(self, batch_id: str) -> bool:
         """Whether the batch's intake committed: the index names it, or it is archived (a

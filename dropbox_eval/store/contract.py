@@ -258,11 +258,13 @@ class Store(Protocol):
         (a buried batch is left out of the pages after it). ValueError: not a cursor."""
         ...
 
-    def bury_batch(self, batch_id: str, *, reason: str) -> bool:
-        """Replace an archived batch by a tombstone: its record, tasks and listing rows are
-        gone from every read (NotFoundError, as for an unknown id) and it is no longer
-        counted; its ledger entries and running totals stay. False when it is not
-        archived (live, unknown, or buried already)."""
+    def bury_batch(self, batch_id: str, *, reason: str, keep: dict[str, Any] | None = None) -> bool:
+        """Replace an archived batch by a tombstone (`keep`, else a bare one: when, why,
+        its status), in one step: its record, tasks and listing rows are gone from every
+        read (NotFoundError, as for an unknown id) and it is no longer counted; its ledger
+        entries and running totals stay. A burial a crash cut short is finished (True), so
+        the batch is uncounted once. False when it is not archived (live, unknown, or
+        buried already)."""
         ...
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
@@ -287,6 +289,11 @@ class Store(Protocol):
 
     def snapshot(self) -> Snapshot:
         """Live batch rows, the live ledger, clients and the archive's running totals."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds open (a database's pooled connections; the files'
+        engine holds nothing between calls). The store is not used after."""
         ...
 
     # -- clients and money ------------------------------------------------------------

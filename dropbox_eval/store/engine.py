@@ -40,6 +40,9 @@ class TinyDBStore(
 
     _open_transaction = threading.local()
 
+    def close(self) -> None:
+        """Nothing is held open between calls (the contract's `close`)."""
+
     @contextlib.contextmanager
     def transaction(
         self, *, preparing: tuple[BatchRecord, list[TaskRecord]] | None = None
@@ -141,6 +144,7 @@ class TinyDBStore(
             write_table(self.batches_dir / f"{batch.batch_id}.json", "batch", [dump(batch)])
         finally:
             beside.result()
+        self.parsed_tasks.seed(batch.batch_id, tasks)  # its opener reads them next
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """The batch record; NotFoundError when unknown."""

@@ -46,7 +46,9 @@ class _Kept:
                     merged.setdefault(task_id, {}).update(fields)
         for task_id, fields in merged.items():
             place = self.index[task_id]
-            changed = {**self.tasks[place].model_dump(), **fields}
+            # its unchanged values as they are (models are not validated again): the
+            # old and the new task share them while a caller still holds the old one
+            changed = {**self.tasks[place].__dict__, **fields}
             self.tasks[place] = compact_task(changed, self.memo)
 
 
@@ -72,6 +74,14 @@ class ParsedTasks:
                     return list(kept.tasks)
                 self.forget(batch_id)  # not two parsed copies of a big batch at once
             return self._parse(batch_id)
+
+    def seed(self, batch_id: str, tasks: list[TaskRecord]) -> None:
+        """Keep a new batch's tasks as just written to its base file (nothing appended to
+        it yet): its first readers need not parse what its intake had as models."""
+        base = self.files.identity(batch_id)
+        if base is not None:
+            index = {task.task_id: place for place, task in enumerate(tasks)}
+            self._keep(batch_id, _Kept(Position(base), list(tasks), index))
 
     def compact(self, batch_id: str) -> None:
         """Fold the batch's journal into its base (tasks.py `compact`), from the tasks kept

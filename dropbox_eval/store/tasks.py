@@ -29,6 +29,7 @@ Changes = dict[str, dict[str, Any]]
 Identity = tuple[int, int, int]  # inode, size, mtime of a file: what a rewrite changes
 TABLE = "tasks"
 MIN_COMPACT_BYTES = 64 * 1024
+CHUNK = 1000  # tasks serialised into one piece of a tasks file
 READ_ATTEMPTS = 3  # a compaction between reading the base and its journal: read again
 
 
@@ -73,11 +74,15 @@ class TaskFiles:
         """Write a new batch's tasks from their models (one write for all), serialised one
         at a time: no dict per task on the way."""
         try:
-            raw = table_bytes(TABLE, tasks)
+            pieces = table_pieces(TABLE, tasks)
         except ValueError:  # pydantic's serialiser refused a value (a lone surrogate)
             self.create(batch_id, [task.model_dump(mode="json") for task in tasks])
             return
-        write_atomically(self.live / f"{batch_id}.json", raw)
+        write_atomically(self.live / f"{batch_id}.json", pieces)
+
+    def identity(self, batch_id: str) -> Identity | None:
+        """The identity of the batch's base file now (None: it has none)."""
+        return _identity(self.base(batch_id))
 
     def read(self, batch_id: str) -> list[dict[str, Any]]:
         """The tasks as they are now: the base with the journal replayed."""
@@ -141,10 +146,10 @@ class TaskFiles:
         lock."""
         base = self.base(batch_id)
         try:
-            raw = table_bytes(TABLE, tasks)
+            pieces = table_pieces(TABLE, tasks)
         except ValueError:  # pydantic's serialiser refused a value (a lone surrogate)
             return None
-        write_atomically(base, raw)
+        write_atomically(base, pieces)
         unlink_quietly(self.journal(base))
         return _identity(base)
 
@@ -171,14 +176,19 @@ class TaskFiles:
         crashpoints.wrote(f"archived {live.name}")
 
 
-def table_bytes(table: str, models: Sequence[BaseModel]) -> bytes:
-    """A TinyDB file of one table, its documents `models` (numbered from 1), serialised
-    one model at a time by pydantic: no dict per model on the way."""
-    rows = b",".join(
-        b'"%d":%b' % (number, model.__pydantic_serializer__.to_json(model))
-        for number, model in enumerate(models, 1)
-    )
-    return b'{"%b":{%b}}' % (table.encode(), rows)
+def table_pieces(table: str, models: Sequence[BaseModel]) -> list[bytes]:
+    """A TinyDB file of one table, its documents `models` (numbered from 1), in pieces of
+    CHUNK documents, serialised one model at a time by pydantic: no dict per model on the
+    way, and no copy of the whole (the pieces are written one after another)."""
+    pieces = [b'{"%b":{' % table.encode()]
+    for start in range(0, len(models), CHUNK):
+        rows = b",".join(
+            b'"%d":%b' % (number, model.__pydantic_serializer__.to_json(model))
+            for number, model in enumerate(models[start : start + CHUNK], start + 1)
+        )
+        pieces.append(rows if start == 0 else b"," + rows)
+    pieces.append(b"}}")
+    return pieces
 
 
 def replay(docs: list[dict[str, Any]], changes: list[Changes]) -> None:

@@ -26,6 +26,7 @@ OPERATIONS = frozenset(
         "close",  # the record's final status and charge, then the ledger and index row
         "emit",  # the report, the record's emitted_at, then the archive
         "archive",  # keys, archive rows, the index, then the history entry, the live files
+        "bury",  # the index (uncounted, burial noted), listing rows, history, the index
         "delivery-schedule",  # a failed delivery: the undelivered copy, then the record
         "cancel",  # the request on the record, closing the issues, then settle
         "expire",  # closing the issues, then settle

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def rename_into_place(folder_fd: int, hidden: str, name: str, *, durable: bool =
 def write_at(
     folder_fd: int,
     name: str,
-    data: bytes,
+    data: bytes | Iterable[bytes],
     *,
     tmp: str | None = None,
     mode: int = PRIVATE_MODE,
@@ -72,7 +73,10 @@ def write_at(
         try:
             with os.fdopen(fd, "wb") as handle:
                 os.fchmod(handle.fileno(), mode)
-                handle.write(data)
+                if isinstance(data, bytes):
+                    handle.write(data)
+                else:  # written piece by piece: a big file is never whole in memory
+                    handle.writelines(data)
                 handle.flush()
                 if durable:
                     os.fsync(handle.fileno())
@@ -103,10 +107,14 @@ def make_folders(path: Path, *, private: bool = True) -> Path:
 
 
 def write_atomically(
-    path: Path, text: str | bytes, *, mode: int = PRIVATE_MODE, durable: bool = True
+    path: Path,
+    text: str | bytes | Iterable[bytes],
+    *,
+    mode: int = PRIVATE_MODE,
+    durable: bool = True,
 ) -> None:
-    """Write `text` (UTF-8 when a str) to `path` atomically (see `write_at`, `mode` and
-    `durable` too), creating the folder if needed.
+    """Write `text` (UTF-8 when a str; pieces of bytes, in order) to `path` atomically
+    (see `write_at`, `mode` and `durable` too), creating the folder if needed.
 
     The temp name is random here: several processes may write files in one state folder.
     """

@@ -42,7 +42,7 @@ from ..protocol.report import in_client_order, report_document
 from ..store import Store
 from ..views import Views, for_client
 from .apidocs import add_offline_docs
-from .callers import client_audit, listing_caller, listing_scope
+from .callers import check_cursor, client_audit, listing_caller, listing_scope
 from .fairdoor import FairDoor
 from .parts import ApiParts
 
@@ -244,6 +244,7 @@ def create_api(parts: ApiParts) -> FastAPI:
         scope = listing_scope(lister, client)
         if after is not None and page != 1:
             raise HTTPException(422, "page a list by `page` or by `after`, not both")
+        check_cursor(views, after, scope)
         counts = views.count(scope)
         total = counts.get(status, 0) if status else sum(counts.values())
         response.headers["X-Total-Count"] = str(total)

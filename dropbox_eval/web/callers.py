@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..models import Client
+from ..errors import NotFoundError
+from ..models import Client, is_valid_id
 from .session import key_matches
 from .throttle import LoginThrottle
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..ops.retention import Audit
     from ..store import Store
+    from ..views import Views
 
 bearer = HTTPBearer(auto_error=False)
 ClientOf = Callable[[HTTPAuthorizationCredentials | None], Client]
@@ -79,3 +81,23 @@ def listing_scope(lister: Client | None, client: str | None) -> str | None:
     if client not in (None, lister.client_id):
         raise HTTPException(403, "only the operator's key lists another client's batches")
     return lister.client_id
+
+
+def check_cursor(views: Views, after: str | None, scope: str | None) -> None:
+    """Refuse (422) a cursor `after` that names no batch of the list: one the lister cannot
+    see (another client's: its existence is not told), or one deleted since the cursor was
+    handed out. Read on, it would match no row and end the list as if it had no more."""
+    if after is None:
+        return
+    if is_valid_id(after):
+        try:
+            views.batch_summary(after, client_id=scope)
+            return
+        except NotFoundError:
+            if views.tombstone(after, client_id=scope) is not None:
+                raise HTTPException(
+                    422,
+                    f"the cursor's batch {after!r} was deleted: list again from the first "
+                    "page (deleted batches are no longer in it)",
+                ) from None
+    raise HTTPException(422, f"`after`: no batch {after!r} in this list")

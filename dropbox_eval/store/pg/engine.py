@@ -245,10 +245,10 @@ class PostgresStore:
                 conn, client_id=client_id, status=status, limit=limit, cursor=cursor
             )
 
-    def bury_batch(self, batch_id: str, *, reason: str) -> bool:
-        """Replace an archived batch by a tombstone; False when not archived."""
+    def bury_batch(self, batch_id: str, *, reason: str, keep: dict[str, Any] | None = None) -> bool:
+        """Replace an archived batch by its tombstone; False when not archived."""
         with self._writing(locked=True) as tx:
-            return writes.bury(tx.conn, batch_id, reason)
+            return writes.bury(tx.conn, batch_id, reason, keep)
 
     def count_batches(self, client_id: str | None = None) -> dict[str, int]:
         """Batches per status, live and archived."""
@@ -272,11 +272,12 @@ class PostgresStore:
         return None if row is None else row["tombstone"]
 
     def erase_batch(self, batch: BatchRecord, tombstone: dict[str, Any]) -> None:
-        """Archive (if live), bury, keep `tombstone`, drop the duplicate keys: at once."""
+        """Archive (if live), bury with `tombstone`, drop the duplicate keys: at once."""
         with self._writing(locked=True) as tx:
             tx.archive(batch.batch_id)
-            writes.bury(tx.conn, batch.batch_id, str(tombstone.get("deleted_by", "deleted")))
-            writes.erase(tx.conn, batch.batch_id, tombstone)
+            reason = str(tombstone.get("deleted_by", "deleted"))
+            writes.bury(tx.conn, batch.batch_id, reason, tombstone)
+            writes.forget_keys(tx.conn, batch.batch_id)
 
     def snapshot(self) -> Snapshot:
         """Live rows, the live ledger, clients and the archive's totals, in one read."""

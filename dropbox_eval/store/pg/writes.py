@@ -161,14 +161,14 @@ def archive(conn: Connection, batch_id: str) -> bool:
     return cursor.rowcount == 1
 
 
-def bury(conn: Connection, batch_id: str, reason: str) -> bool:
-    """An archived batch's record and tasks replaced by a bare tombstone; False when it is
-    live, unknown or buried already."""
+def bury(conn: Connection, batch_id: str, reason: str, keep: dict[str, Any] | None = None) -> bool:
+    """An archived batch's record and tasks replaced by its tombstone (`keep`, else a bare
+    one), in one statement; False when it is live, unknown or buried already."""
     cursor = conn.execute(
-        "UPDATE batches SET record = NULL, tombstone = jsonb_build_object('at', %s::text,"
-        " 'reason', %s::text, 'status', status) WHERE batch_id = %s"
+        "UPDATE batches SET record = NULL, tombstone = coalesce(%s, jsonb_build_object("
+        "'at', %s::text, 'reason', %s::text, 'status', status)) WHERE batch_id = %s"
         " AND archived_at IS NOT NULL AND tombstone IS NULL",
-        (utcnow().isoformat(), reason, batch_id),
+        (None if keep is None else jsonb(keep), utcnow().isoformat(), reason, batch_id),
     )
     if cursor.rowcount != 1:
         return False
@@ -176,13 +176,13 @@ def bury(conn: Connection, batch_id: str, reason: str) -> bool:
     return True
 
 
-def erase(conn: Connection, batch_id: str, tombstone: dict[str, Any]) -> None:
-    """The tombstone a delete keeps over the bare one, and the duplicate keys gone (the
-    same bytes dropped again make a new batch)."""
+def forget_keys(conn: Connection, batch_id: str) -> None:
+    """A buried batch's duplicate keys gone (the same bytes dropped again make a new
+    batch)."""
     conn.execute(
-        "UPDATE batches SET tombstone = %s, sha256 = NULL, batch_ref = NULL"
+        "UPDATE batches SET sha256 = NULL, batch_ref = NULL"
         " WHERE batch_id = %s AND tombstone IS NOT NULL",
-        (jsonb(tombstone), batch_id),
+        (batch_id,),
     )
 
 
