@@ -26,8 +26,8 @@ def _stranded(tmp_path: Path, forge: SandboxForge) -> World:
     world.drop()
     world.run_once()
     world.close_issues()
-    assert world.run_once("close:1")  # killed right after the record's write
-    assert world.kills == [f"crash point: close write 1 ({world.batch().batch_id}.json)"]
+    assert world.run_once("close:2")  # killed right after the record's write (after the report's)
+    assert world.kills == [f"crash point: close write 2 ({world.batch().batch_id}.json)"]
     return world
 
 
