@@ -153,6 +153,16 @@ def test_a_batch_ends_settled_once_then_leaves_the_live_batches(store: Store) ->
     assert [e.kind for e in store.ledger("acme")] == ["fund", "hold", "charge", "release"]
 
 
+def test_the_report_fixed_at_the_close_is_kept_as_bytes_into_the_history(store: Store) -> None:
+    batch = _record(store, _batch("one"))
+    assert store.get_report(batch.batch_id) is None  # none before the close
+    report = b'{\n  "batch_id": "%s",\n  "results": []\n}\n' % batch.batch_id.encode()
+    store.update_batch(batch.batch_id, report=report, status=BatchStatus.COMPLETED)
+    assert store.get_report(batch.batch_id) == report
+    store.update_batch(batch.batch_id, emitted_at=utcnow())  # archives it
+    assert store.get_report(batch.batch_id) == report
+
+
 def test_typed_queries_select_by_client_status_batch_repo_and_time(store: Store) -> None:
     with store.transaction() as tx:
         tx.add_client(Client(client_id="beta", created_at=utcnow()))

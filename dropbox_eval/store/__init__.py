@@ -9,6 +9,7 @@ Layout under the state folder::
     batches/<batch_id>.json       a live batch's record (one small row)
     tasks/<batch_id>.json         a live batch's tasks, written once at intake ...
     tasks/<batch_id>.journal      ... plus one JSON line per change (tasks.py)
+    reports/<batch_id>.json       an ended live batch's report, fixed at its close (reports.py)
     keys/<client_id>/<key>        duplicate-drop keys (sha256 of the bytes, batch_ref) -> id
     archive/batches.jsonl         summary rows of emitted batches (append-only)
     archive/clients/<client_id>/  that client's archived batch rows and ledger entries

@@ -14,7 +14,7 @@ tasks up to date costs the change, whichever process wrote it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,11 +74,9 @@ class TaskFiles:
         """Write a new batch's tasks from their models (one write for all), serialised one
         at a time: no dict per task on the way."""
         try:
-            pieces = table_pieces(TABLE, tasks)
-        except ValueError:  # pydantic's serialiser refused a value (a lone surrogate)
+            write_atomically(self.live / f"{batch_id}.json", table_pieces(TABLE, tasks))
+        except ValueError:  # a value pydantic's serialiser refused: nothing was written
             self.create(batch_id, [task.model_dump(mode="json") for task in tasks])
-            return
-        write_atomically(self.live / f"{batch_id}.json", pieces)
 
     def identity(self, batch_id: str) -> Identity | None:
         """The identity of the batch's base file now (None: it has none)."""
@@ -146,10 +144,9 @@ class TaskFiles:
         lock."""
         base = self.base(batch_id)
         try:
-            pieces = table_pieces(TABLE, tasks)
-        except ValueError:  # pydantic's serialiser refused a value (a lone surrogate)
+            write_atomically(base, table_pieces(TABLE, tasks))
+        except ValueError:  # a value pydantic's serialiser refused: nothing was written
             return None
-        write_atomically(base, pieces)
         unlink_quietly(self.journal(base))
         return _identity(base)
 
@@ -176,19 +173,18 @@ class TaskFiles:
         crashpoints.wrote(f"archived {live.name}")
 
 
-def table_pieces(table: str, models: Sequence[BaseModel]) -> list[bytes]:
+def table_pieces(table: str, models: Sequence[BaseModel]) -> Iterator[bytes]:
     """A TinyDB file of one table, its documents `models` (numbered from 1), in pieces of
-    CHUNK documents, serialised one model at a time by pydantic: no dict per model on the
-    way, and no copy of the whole (the pieces are written one after another)."""
-    pieces = [b'{"%b":{' % table.encode()]
+    CHUNK documents, serialised one model at a time by pydantic as the file is written:
+    no dict per model on the way, and the whole never in memory. ValueError (while it is
+    written) when pydantic's serialiser refuses a value (a lone surrogate)."""
+    yield b'{"%b":{' % table.encode()
     for start in range(0, len(models), CHUNK):
-        rows = b",".join(
+        yield (b"," if start else b"") + b",".join(
             b'"%d":%b' % (number, model.__pydantic_serializer__.to_json(model))
             for number, model in enumerate(models[start : start + CHUNK], start + 1)
         )
-        pieces.append(rows if start == 0 else b"," + rows)
-    pieces.append(b"}}")
-    return pieces
+    yield b"}}"
 
 
 def replay(docs: list[dict[str, Any]], changes: list[Changes]) -> None:

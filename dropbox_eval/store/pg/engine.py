@@ -131,9 +131,9 @@ class PostgresStore:
             return reads.issue_numbers(conn, batch_id)
 
     def get_report(self, batch_id: str) -> bytes | None:
-        """Not kept apart on PostgreSQL yet (None: the caller builds the report from the
-        record and its tasks)."""
-        return None
+        """The report fixed at the batch's close (`update_batch(report=...)`); None before."""
+        with self._reading() as conn:
+            return reads.get_report(conn, batch_id)
 
     def update_batch(
         self,

@@ -36,6 +36,12 @@ def get_tasks(conn: Connection, batch_id: str) -> list[TaskRecord]:
     return [TaskRecord.model_validate(row["doc"]) for row in rows]
 
 
+def get_report(conn: Connection, batch_id: str) -> bytes | None:
+    """The report fixed at the batch's close; None before it (or for an unknown batch)."""
+    row = conn.execute("SELECT report FROM batches WHERE batch_id = %s", (batch_id,)).fetchone()
+    return None if row is None or row["report"] is None else bytes(row["report"])
+
+
 def issue_numbers(conn: Connection, batch_id: str) -> dict[str, int | None]:
     """task_id -> issue number (None: none yet), in task order."""
     rows = conn.execute(

@@ -60,9 +60,14 @@ class PgTransaction:
     ) -> BatchRecord:
         """`update_batch` with its `when`: an emitted batch is archived in the same
         transaction."""
+        report: bytes | None = fields.pop("report", None)
         batch, changed = writes.change_batch(self.conn, batch_id, fields, when)
         if not changed:
             return batch
+        if report is not None:  # in the same transaction as the record it belongs to
+            self.conn.execute(
+                "UPDATE batches SET report = %s WHERE batch_id = %s", (report, batch_id)
+            )
         self._wrote("batches")
         if settlement:
             self.settle(settlement)

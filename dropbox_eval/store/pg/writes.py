@@ -165,7 +165,8 @@ def bury(conn: Connection, batch_id: str, reason: str, keep: dict[str, Any] | No
     """An archived batch's record and tasks replaced by its tombstone (`keep`, else a bare
     one), in one statement; False when it is live, unknown or buried already."""
     cursor = conn.execute(
-        "UPDATE batches SET record = NULL, tombstone = coalesce(%s, jsonb_build_object("
+        "UPDATE batches SET record = NULL, report = NULL,"
+        " tombstone = coalesce(%s, jsonb_build_object("
         "'at', %s::text, 'reason', %s::text, 'status', status)) WHERE batch_id = %s"
         " AND archived_at IS NOT NULL AND tombstone IS NULL",
         (None if keep is None else jsonb(keep), utcnow().isoformat(), reason, batch_id),
