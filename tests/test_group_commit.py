@@ -43,7 +43,8 @@ def index_writes(app: App, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _together(store: TinyDBStore, calls: list[Callable[[], Any]]) -> Iterator[Any]:
-    """Run `calls` in threads that all queue at the store lock before any commits."""
+    """Run `calls` in threads that all queue at the store lock before any commits, in
+    the order given (each thread starts once the one before it is queued)."""
     answers: list[Any] = [None] * len(calls)
 
     def run(n: int) -> None:
@@ -54,9 +55,9 @@ def _together(store: TinyDBStore, calls: list[Callable[[], Any]]) -> Iterator[An
 
     threads = [threading.Thread(target=run, args=(n,)) for n in range(len(calls))]
     with store.locked():
-        for thread in threads:
+        for n, thread in enumerate(threads, start=1):
             thread.start()
-        assert wait_for(lambda: store.queued == len(calls))
+            assert wait_for(lambda n=n: store.queued == n)
     for thread in threads:
         thread.join(60)
     return iter(answers)
