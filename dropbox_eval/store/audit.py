@@ -41,6 +41,31 @@ class AuditEntry(BaseModel):
     key_id: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def now(
+        cls,
+        action: str,
+        target: str,
+        *,
+        actor: str,
+        via: str,
+        result: str = "ok",
+        key_id: str | None = None,
+        **detail: Any,
+    ) -> AuditEntry:
+        """The entry of an action taken now (a missing target is `-`; empty details go)."""
+        kept = {k: v for k, v in detail.items() if v is not None}
+        return cls(
+            at=now(),
+            actor=actor,
+            via=via,
+            action=action,
+            target=target or "-",
+            result=result,
+            key_id=key_id,
+            detail=kept,
+        )
+
 
 def local_user() -> str:
     """Who runs this command line: the login name (`uid N` where the system has none)."""
@@ -63,15 +88,8 @@ def record_action(
 ) -> AuditEntry | None:
     """Append one action to the state folder's audit log; None (nothing written) when the
     state folder does not exist: an action that failed before any state was made."""
-    entry = AuditEntry(
-        at=now(),
-        actor=actor,
-        via=via,
-        action=action,
-        target=target or "-",
-        result=result,
-        key_id=key_id,
-        detail={k: v for k, v in detail.items() if v is not None},
+    entry = AuditEntry.now(
+        action, target, actor=actor, via=via, result=result, key_id=key_id, **detail
     )
     if not state_dir.is_dir():
         return None

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from ...models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
-from ...util.timestamps import now
 from ..audit import AuditEntry
 from ..contract import BatchRow, HistoryPage, TaskChanges
 from ..secrecy import private_folder
@@ -321,15 +320,8 @@ class PostgresStore:
         **detail: Any,
     ) -> None:
         """Append one operator action to the audit log."""
-        entry = AuditEntry(
-            at=now(),
-            actor=actor,
-            via=via,
-            action=action,
-            target=target or "-",
-            result=result,
-            key_id=key_id,
-            detail={k: v for k, v in detail.items() if v is not None},
+        entry = AuditEntry.now(
+            action, target, actor=actor, via=via, result=result, key_id=key_id, **detail
         )
         with self._reading() as conn:
             writes.add_action(conn, entry)
