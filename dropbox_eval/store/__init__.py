@@ -29,6 +29,7 @@ newest page from the end of an append-only file.
 
 from __future__ import annotations
 
-from .contract import SUMMARY_FIELDS, BatchRow, HistoryPage, Store, TaskChanges, Transaction
+from .contract import Store, TaskChanges, Transaction
+from .rows import SUMMARY_FIELDS, BatchRow, HistoryPage
 
 __all__ = ["SUMMARY_FIELDS", "BatchRow", "HistoryPage", "Store", "TaskChanges", "Transaction"]

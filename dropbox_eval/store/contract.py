@@ -16,60 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from ..models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
+from .rows import BatchRow, HistoryPage
 
 if TYPE_CHECKING:
     from .audit import AuditEntry
     from .totals import Snapshot
 
 TaskChanges = dict[str, dict[str, Any]]  # task_id -> the fields that change
-
-
-class BatchRow(BaseModel):
-    """A batch as listings show it: the summary fields of its record."""
-
-    model_config = ConfigDict(frozen=True)
-
-    batch_id: str
-    client_id: str
-    batch_ref: str | None = None
-    status: BatchStatus
-    total: int
-    done: int = 0
-    repo: str
-    sha256: str | None = None
-    source: str | None = None
-    created_at: datetime
-    completed_at: datetime | None = None
-    emitted_at: datetime | None = None
-
-    @classmethod
-    def of(cls, batch: BatchRecord) -> BatchRow:
-        """The row of a batch record."""
-        return cls.model_validate(batch.model_dump(include=set(SUMMARY_FIELDS)))
-
-    def as_dict(self) -> dict[str, Any]:
-        """The row as JSON-ready fields (times in ISO 8601)."""
-        data: dict[str, Any] = self.model_dump(mode="json")
-        return data
-
-
-SUMMARY_FIELDS = tuple(BatchRow.model_fields)
-
-
-class HistoryPage(BaseModel):
-    """One page of archived batches and the cursor of the next (None: the last page)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    rows: list[BatchRow]
-    next_cursor: str | None = None
 
 
 class Transaction(Protocol):

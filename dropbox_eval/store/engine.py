@@ -17,12 +17,11 @@ from .archiving import Archiving
 from .audit import AuditTrail
 from .base import StoreBase
 from .clients import ClientStore, post_entry, settle_once
-from .contract import SUMMARY_FIELDS
 from .files import read_table, write_table
 from .groupcommit import GroupCommit
 from .listing import BatchListing
 from .reports import Reports
-from .rows import dump, encode, insert, summary_row
+from .rows import SUMMARY_FIELDS, dump, encode, insert, summary_row
 from .tombstones import Tombstones
 from .transaction import PendingChanges
 

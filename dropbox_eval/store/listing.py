@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..models import BatchStatus
 from . import paging
-from .contract import BatchRow, HistoryPage
-from .rows import Row, duplicate_keys
+from .rows import BatchRow, HistoryPage, Row, duplicate_keys
 
 if TYPE_CHECKING:
     from .base import StoreBase as _Base

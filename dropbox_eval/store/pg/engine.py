@@ -19,7 +19,8 @@ from typing import Any
 
 from ...models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
 from ..audit import AuditEntry
-from ..contract import BatchRow, HistoryPage, TaskChanges
+from ..contract import TaskChanges
+from ..rows import BatchRow, HistoryPage
 from ..secrecy import private_folder
 from ..totals import Snapshot
 from . import listing, reads, writes

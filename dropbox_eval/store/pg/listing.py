@@ -9,7 +9,7 @@ from typing import Any
 
 from ...models import BatchStatus, LedgerEntry
 from .. import totals
-from ..contract import BatchRow, HistoryPage
+from ..rows import BatchRow, HistoryPage
 from .connection import Connection
 from .reads import LEDGER_COLUMNS, client_of
 
