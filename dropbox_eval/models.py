@@ -6,7 +6,7 @@ import re
 import secrets
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -14,9 +14,13 @@ from pydantic import (
     ConfigDict,
     Field,
     field_validator,
-    model_validator,
 )
 
+from .accounts import LEGACY_KEY_PREFIX as LEGACY_KEY_PREFIX
+from .accounts import ApiKey as ApiKey
+from .accounts import Client as Client
+from .accounts import LedgerEntry as LedgerEntry
+from .accounts import LedgerKind as LedgerKind
 from .util.names import is_reserved_client_id
 from .util.printable import BIDI_CLASS, bidi_reason
 from .util.timestamps import utcnow as utcnow
@@ -25,8 +29,6 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _TEXT_PATTERN = f"^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f{BIDI_CLASS[1:-1]}]*$"
 """Text's rule as the JSON Schemas publish it: no control, no bidi control (_check_text)."""
-
-LedgerKind = Literal["fund", "hold", "charge", "release", "write_off"]
 
 
 class BatchStatus(StrEnum):
@@ -329,95 +331,3 @@ class BatchRecord(BaseModel):
     retry_of: str | None = None  # the failed or expired batch this one retries
     retried_by: str | None = None  # the batch retrying this one (written before it exists)
     metadata: dict[str, str] | None = None  # the client's labels (BatchFile.metadata)
-
-
-LEGACY_KEY_PREFIX = "ak_"
-"""A key issued before keys had ids is named by this and the start of its hash."""
-
-
-class ApiKey(BaseModel):
-    """One API key of a client: its id, the sha256 of the key (never the key), when it was
-    issued (None: before keys had ids) and last used (to the hour: keys.py)."""
-
-    key_id: str
-    sha256: str
-    created_at: datetime | None = None
-    last_used_at: datetime | None = None
-
-
-class Client(BaseModel):
-    """A paying client and its credit balance; `disabled_at`: new work is refused at every
-    door; `removed_at`: closed for good (the row and the ledger stay, secrets are gone)."""
-
-    client_id: str
-    balance: int = 0
-    held: int = 0
-    created_at: datetime
-    webhook_secret: str | None = None
-    api_keys: list[ApiKey] = Field(default_factory=list)
-    disabled_at: datetime | None = None
-    removed_at: datetime | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _legacy_key_hashes(cls, data: Any) -> Any:
-        """A client stored before keys had ids lists bare hashes (`api_key_hashes`): each
-        becomes a key whose id is made of its hash, the same at every read."""
-        if not isinstance(data, dict) or not data.get("api_key_hashes"):
-            return data
-        keys = list(data.get("api_keys") or [])
-        known = {k["sha256"] if isinstance(k, dict) else k.sha256 for k in keys}
-        for digest in data["api_key_hashes"]:
-            if digest not in known:
-                keys.append({"key_id": f"{LEGACY_KEY_PREFIX}{digest[:12]}", "sha256": digest})
-        return {**data, "api_keys": keys}
-
-    @property
-    def available(self) -> int:
-        """Credits that a new batch may hold."""
-        return self.balance - self.held
-
-
-class LedgerEntry(BaseModel):
-    """One money movement; balances change only through these."""
-
-    entry_id: str = Field(default_factory=lambda: secrets.token_hex(8))
-    client_id: str
-    amount: int
-    held_change: int = 0
-    balance_after: int
-    held_after: int = 0
-    kind: LedgerKind
-    batch_id: str | None = None
-    note: str = ""
-    at: datetime
-
-
-class ReportResult(TaskResult):
-    """One task line of a report: the task, its status and issue, and what the lane said
-    (TaskResult's fields)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    task_id: str
-    status: TaskStatus
-    issue_url: str | None
-
-
-class Report(BaseModel):
-    """The document written to `outbox/<batch_id>.json` or POSTed to the callback."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    batch_id: str
-    client_id: str
-    batch_ref: str | None
-    status: BatchStatus
-    counts: dict[str, int]
-    results: list[ReportResult]
-    created_at: datetime
-    completed_at: datetime | None
-    charged: int | None = None
-    failure: str | None = None
-    retry_of: str | None = None  # only present in a retry's report
-    metadata: dict[str, str] | None = None  # only present when the batch has some

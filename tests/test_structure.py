@@ -19,20 +19,21 @@ OUTSIDE = ("dropbox_eval.cli", "dropbox_eval.sandbox")
 LAYERS = {
     "errors": 0,
     "util": 1,
-    **dict.fromkeys(("models", "config"), 2),
-    **dict.fromkeys(("protocol", "ports"), 3),
-    **dict.fromkeys(("store", "forge", "schemas"), 4),
-    "billing": 5,
-    **dict.fromkeys(("intake", "results"), 6),
-    "lifecycle": 7,
-    **dict.fromkeys(("delivery", "views"), 8),
-    "ops": 9,
-    **dict.fromkeys(("inbox", "sftp"), 10),
-    **dict.fromkeys(("web", "workers", "sandbox"), 11),
-    "service": 12,
-    "app": 13,  # the composition root
-    "cli": 14,
-    "__main__": 15,
+    "accounts": 2,  # the account models, re-exported by models
+    **dict.fromkeys(("models", "config"), 3),
+    **dict.fromkeys(("protocol", "ports"), 4),
+    **dict.fromkeys(("store", "forge", "schemas"), 5),
+    "billing": 6,
+    **dict.fromkeys(("intake", "results"), 7),
+    "lifecycle": 8,
+    **dict.fromkeys(("delivery", "views"), 9),
+    "ops": 10,
+    **dict.fromkeys(("inbox", "sftp"), 11),
+    **dict.fromkeys(("web", "workers", "sandbox"), 12),
+    "service": 13,
+    "app": 14,  # the composition root
+    "cli": 15,
+    "__main__": 16,
 }
 COMPOSITION_ROOT = "dropbox_eval.app"
 # the hooks parts are given (besides every `on_*`): set only when a part is built

@@ -11,13 +11,45 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
-from ..models import BatchRecord, Report, TaskRecord, TaskResult, TaskStatus
+from ..models import BatchRecord, BatchStatus, TaskRecord, TaskResult, TaskStatus
 from ..util.timestamps import rfc3339
+
+
+class ReportResult(TaskResult):
+    """One task line of a report: the task, its status and issue, and what the lane said
+    (TaskResult's fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    status: TaskStatus
+    issue_url: str | None
+
+
+class Report(BaseModel):
+    """The document written to `outbox/<batch_id>.json` or POSTed to the callback."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_id: str
+    client_id: str
+    batch_ref: str | None
+    status: BatchStatus
+    counts: dict[str, int]
+    results: list[ReportResult]
+    created_at: datetime
+    completed_at: datetime | None
+    charged: int | None = None
+    failure: str | None = None
+    retry_of: str | None = None  # only present in a retry's report
+    metadata: dict[str, str] | None = None  # only present when the batch has some
+
 
 _NO_RESULT = TaskResult()
 _RESULT_FIELDS = tuple(TaskResult.model_fields)

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from ..models import BatchFile, Report
+from ..models import BatchFile
 from ..protocol.documents import ErrorFile, Receipt
+from ..protocol.report import Report
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MODELS: dict[str, tuple[Any, str, str]] = {
