@@ -44,7 +44,7 @@ from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.util import storage
 from dropbox_eval.util.fileio import write_atomically
 from dropbox_eval.util.logfilter import AUDIT, RepeatFilter
-from dropbox_eval.web.api import os_error_response
+from dropbox_eval.web.problems import os_error_response
 from dropbox_eval.workers.guard import guarded
 
 MAX_TRACEBACKS = 10

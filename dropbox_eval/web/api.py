@@ -17,7 +17,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
@@ -25,12 +24,6 @@ from ..errors import (
     DropboxEvalError,
     NotFinished,
     NotFoundError,
-    Overloaded,
-    StorageUnavailable,
-    answer_for,
-    error_document,
-    storage_cause,
-    storage_error,
 )
 from ..intake.accept import API_SOURCE
 from ..models import BatchFile, BatchRecord, BatchStatus, Client
@@ -45,6 +38,7 @@ from .apidocs import add_offline_docs
 from .callers import check_cursor, client_audit, listing_caller, listing_scope
 from .fairdoor import FairDoor
 from .parts import ApiParts
+from .problems import Problem, os_error_response, problem_response
 
 
 def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
@@ -69,41 +63,6 @@ BATCH_BODY: dict[str, Any] = {
 
 bearer = HTTPBearer(auto_error=False)
 log = logging.getLogger("dropbox_eval")
-STORAGE_RETRY_AFTER = "60"  # seconds: a disk is freed by a person, not in a moment
-
-
-class Problem(BaseModel):
-    """Every error answer: a stable reason code and words a client can act on."""
-
-    ok: bool = False
-    reason: str
-    message: str
-
-
-def problem_response(error: DropboxEvalError) -> JSONResponse:
-    """The answer to an error, from the one table (errors.answer_for). A full or read-only
-    folder says when to try again (it clears by itself once space returns), and names the
-    cause but not the service's paths (they are the operator's: `/readyz`, the log)."""
-    status, _, reason = answer_for(error)
-    if isinstance(error, StorageUnavailable):
-        message = f"the service cannot store anything now: {storage_cause(error.errno or 0)}"
-        body = {"ok": False, "reason": reason, "message": f"{message}; try again later"}
-        return JSONResponse(body, status, headers={"Retry-After": STORAGE_RETRY_AFTER})
-    if isinstance(error, Overloaded):  # nothing was read: the same request may come again
-        headers = {"Retry-After": str(error.retry_after)}
-        return JSONResponse(error_document(error), status, headers=headers)
-    return JSONResponse(error_document(error), status_code=status)
-
-
-def os_error_response(error: OSError) -> JSONResponse:
-    """The last net under a request: a full, read-only or refused folder met where no
-    writer translated it answers as StorageUnavailable does; any other OSError is a 500
-    problem document (the log has the details), never a bare `Internal Server Error`."""
-    storage = storage_error(error)
-    if storage is not None:
-        return problem_response(storage)
-    log.error("request failed: %s", error, exc_info=error)
-    return problem_response(DropboxEvalError("internal error: the service log says more"))
 
 
 def _authenticate(
