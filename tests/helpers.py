@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dropbox_eval.models import LedgerEntry, LedgerKind
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.util.fileio import write_atomically
+from dropbox_eval.util.timestamps import utcnow
 
 PASS = "eval-pass"
 
@@ -86,3 +88,18 @@ def fixed_report(store: Any, batch_id: str) -> dict[str, Any] | None:
     """The report the store fixed when the batch ended, parsed (None: none fixed)."""
     raw = store.get_report(batch_id)
     return None if raw is None else dict(json.loads(raw))
+
+
+def ledger_entry(
+    kind: LedgerKind, amount: int, held: int = 0, batch_id: str | None = None
+) -> LedgerEntry:
+    """A ledger entry of the client `acme` (balance_after left at 0: the store sets it)."""
+    return LedgerEntry(
+        client_id="acme",
+        kind=kind,
+        amount=amount,
+        held_change=held,
+        balance_after=0,
+        batch_id=batch_id,
+        at=utcnow(),
+    )

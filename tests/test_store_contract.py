@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pgcluster
 import pytest
+from helpers import ledger_entry
 
 from dropbox_eval.errors import NotFoundError
 from dropbox_eval.models import (
     BatchRecord,
     BatchStatus,
     Client,
-    LedgerEntry,
-    LedgerKind,
     TaskRecord,
     TaskSpec,
     TaskStatus,
@@ -49,24 +48,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     made = ENGINES[request.param](request, tmp_path / "state")
     with made.transaction() as tx:
         tx.add_client(Client(client_id="acme", created_at=utcnow()))
-        tx.post_ledger(_entry("fund", 100))
+        tx.post_ledger(ledger_entry("fund", 100))
     yield made
     if isinstance(made, PostgresStore):
         made.close()
-
-
-def _entry(
-    kind: LedgerKind, amount: int, held: int = 0, batch_id: str | None = None
-) -> LedgerEntry:
-    return LedgerEntry(
-        client_id="acme",
-        kind=kind,
-        amount=amount,
-        held_change=held,
-        balance_after=0,
-        batch_id=batch_id,
-        at=utcnow(),
-    )
 
 
 def _batch(ref: str, *, client_id: str = "acme", ago: int = 0) -> BatchRecord:
@@ -99,7 +84,7 @@ def _tasks(batch: BatchRecord) -> list[TaskRecord]:
 
 def _record(store: Store, batch: BatchRecord) -> BatchRecord:
     with store.transaction() as tx:
-        tx.record_batch(batch, _tasks(batch), _entry("hold", 0, 2, batch.batch_id))
+        tx.record_batch(batch, _tasks(batch), ledger_entry("hold", 0, 2, batch.batch_id))
     return batch
 
 
@@ -134,7 +119,10 @@ def test_changes_to_a_batch_and_its_tasks(store: Store) -> None:
 
 def test_a_batch_ends_settled_once_then_leaves_the_live_batches(store: Store) -> None:
     batch = _record(store, _batch("one"))
-    release = [_entry("charge", -1, 0, batch.batch_id), _entry("release", 0, -2, batch.batch_id)]
+    release = [
+        ledger_entry("charge", -1, 0, batch.batch_id),
+        ledger_entry("release", 0, -2, batch.batch_id),
+    ]
     with store.transaction() as tx:
         ended = tx.update_batch(
             batch.batch_id, settlement=release, status=BatchStatus.COMPLETED, charged=1
@@ -190,8 +178,8 @@ def test_typed_queries_select_by_client_status_batch_repo_and_time(store: Store)
 def test_a_transaction_that_raises_changes_nothing(store: Store) -> None:
     batch = _batch("lost")
     with pytest.raises(RuntimeError), store.transaction() as tx:
-        tx.record_batch(batch, _tasks(batch), _entry("hold", 0, 2, batch.batch_id))
-        tx.post_ledger(_entry("fund", 5))
+        tx.record_batch(batch, _tasks(batch), ledger_entry("hold", 0, 2, batch.batch_id))
+        tx.post_ledger(ledger_entry("fund", 5))
         tx.update_client("acme", webhook_secret="whsec_new")
         raise RuntimeError("a check failed after the changes were made")
     assert store.list_batches() == [] and store.stored_batch_ids() == []
@@ -252,7 +240,7 @@ def test_a_transaction_excludes_other_threads_until_it_ends(store: Store) -> Non
         inside.wait()
         with store.transaction() as tx:
             order.append("other")
-            tx.post_ledger(_entry("fund", 1))
+            tx.post_ledger(ledger_entry("fund", 1))
 
     thread = threading.Thread(target=other)
     thread.start()
@@ -260,7 +248,7 @@ def test_a_transaction_excludes_other_threads_until_it_ends(store: Store) -> Non
         inside.set()
         thread.join(timeout=0.2)  # not a bound: the other must still be waiting after it
         order.append("first")
-        tx.post_ledger(_entry("fund", 1))
+        tx.post_ledger(ledger_entry("fund", 1))
     thread.join()
     assert order == ["first", "other"]
     assert [e.balance_after for e in store.ledger("acme")][-2:] == [101, 102]
@@ -297,8 +285,8 @@ def test_durable_writes_are_counted_as_the_transaction_lands(
     monkeypatch.setattr(crashpoints, "wrote", counted)
     batch = _batch("one")
     with store.transaction() as tx:
-        tx.record_batch(batch, _tasks(batch), _entry("hold", 0, 2, batch.batch_id))
-        tx.post_ledger(_entry("fund", 1))
+        tx.record_batch(batch, _tasks(batch), ledger_entry("hold", 0, 2, batch.batch_id))
+        tx.post_ledger(ledger_entry("fund", 1))
         assert written == []
     assert len(written) >= 2  # at least the batch and the ledger entry
 
@@ -322,7 +310,10 @@ def test_the_state_check_operations_agree_on_a_clean_store(
 def _ended(store: Store, ref: str, *, emit: bool = True) -> BatchRecord:
     """A batch recorded, settled (charged 1) and, if `emit`, archived."""
     batch = _record(store, _batch(ref))
-    settlement = [_entry("charge", -1, 0, batch.batch_id), _entry("release", 0, -2, batch.batch_id)]
+    settlement = [
+        ledger_entry("charge", -1, 0, batch.batch_id),
+        ledger_entry("release", 0, -2, batch.batch_id),
+    ]
     ended = store.update_batch(
         batch.batch_id, settlement=settlement, status=BatchStatus.COMPLETED, charged=1
     )

@@ -13,13 +13,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from click.testing import CliRunner
-from helpers import closed_port
+from helpers import closed_port, ledger_entry
 from pgcluster import Cluster
 
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import NoState, StoreError
-from dropbox_eval.models import BatchRecord, Client, LedgerEntry, LedgerKind, utcnow
+from dropbox_eval.models import BatchRecord, Client, utcnow
 from dropbox_eval.sftp.keys import KeyStore
 from dropbox_eval.sftp.reports import Owners
 from dropbox_eval.store.engine import TinyDBStore
@@ -38,21 +38,9 @@ def store(url: str, tmp_path: Path) -> Iterator[PostgresStore]:
     made = PostgresStore(url, tmp_path / "state")
     with made.transaction() as tx:
         tx.add_client(Client(client_id="acme", created_at=utcnow()))
-        tx.post_ledger(_entry("fund", 10))
+        tx.post_ledger(ledger_entry("fund", 10))
     yield made
     made.close()
-
-
-def _entry(kind: LedgerKind, amount: int, held: int = 0, batch: str | None = None) -> LedgerEntry:
-    return LedgerEntry(
-        client_id="acme",
-        kind=kind,
-        amount=amount,
-        held_change=held,
-        balance_after=0,
-        batch_id=batch,
-        at=utcnow(),
-    )
 
 
 def _batch() -> BatchRecord:
@@ -65,9 +53,12 @@ def _batch() -> BatchRecord:
 def test_a_batch_is_charged_once_whoever_settles_it(store: PostgresStore, url: str) -> None:
     batch = _batch()
     with store.transaction() as tx:
-        tx.record_batch(batch, [], _entry("hold", 0, 3, batch.batch_id))
+        tx.record_batch(batch, [], ledger_entry("hold", 0, 3, batch.batch_id))
     other = PostgresStore(url, store.state_dir)  # another process's pool
-    settlement = [_entry("charge", -2, 0, batch.batch_id), _entry("release", 0, -3, batch.batch_id)]
+    settlement = [
+        ledger_entry("charge", -2, 0, batch.batch_id),
+        ledger_entry("release", 0, -3, batch.batch_id),
+    ]
     answers: list[bool] = []
     threads = [
         threading.Thread(target=lambda s=s: answers.append(s.settle(settlement)))
@@ -82,7 +73,7 @@ def test_a_batch_is_charged_once_whoever_settles_it(store: PostgresStore, url: s
     client = store.get_client("acme")
     assert client is not None and (client.balance, client.held) == (8, 0)
     with pytest.raises(StoreError, match="ledger_once_per_batch"), store.transaction() as tx:
-        tx.post_ledger(_entry("charge", -2, 0, batch.batch_id))  # past settle(): refused too
+        tx.post_ledger(ledger_entry("charge", -2, 0, batch.batch_id))  # past settle(): refused too
     assert [e.kind for e in store.ledger("acme")] == ["fund", "hold", "charge", "release"]
 
 
@@ -133,7 +124,7 @@ def test_sftp_reads_its_clients_and_batches_from_the_database(
     # SFTP part that read the folder, not the database, would refuse every login.
     batch = _batch()
     with store.transaction() as tx:
-        tx.record_batch(batch, [], _entry("hold", 0, 1, batch.batch_id))
+        tx.record_batch(batch, [], ledger_entry("hold", 0, 1, batch.batch_id))
     node = tmp_path / "sftp-node"
     node.mkdir()
     keys = KeyStore(node, url)
