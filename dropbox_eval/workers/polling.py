@@ -139,7 +139,8 @@ class ForgeWorker:
             )
             if future is not None:
                 started.append(future)
-            elif only is not None:  # a webhook's news waits for the visit in flight
+            else:  # the news this plan saw (a webhook's, or the search's, which the scout
+                # now counts as known) waits for the visit in flight: then a listing
                 self.nudges.add(repo, wake=False)
         if only is None:  # a poll cycle, not a webhook's nudge
             self.metrics.time_cycle(started, begun)
