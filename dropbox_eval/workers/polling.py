@@ -139,8 +139,7 @@ class ForgeWorker:
             )
             if future is not None:
                 started.append(future)
-            else:  # the news this plan saw (a webhook's, or the search's, which the scout
-                # now counts as known) waits for the visit in flight: then a listing
+            elif only is not None:  # a webhook's news waits for the visit in flight
                 self.nudges.add(repo, wake=False)
         if only is None:  # a poll cycle, not a webhook's nudge
             self.metrics.time_cycle(started, begun)
