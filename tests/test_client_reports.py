@@ -61,7 +61,11 @@ def _upload(stack: Stack, client: str, name: str, **extra: Any) -> str:
 
 
 def _finish(stack: Stack, batch_id: str) -> None:
-    finish_issues(stack.forge, stack.app.store.get_batch(batch_id).repo)
+    """The lane closes the batch's issues once they are all open: the receipt comes before
+    they are made, and a lane finishing them at once would find none yet."""
+    store = stack.app.store
+    assert wait_for(lambda: None not in store.issue_numbers(batch_id).values(), 60)
+    finish_issues(stack.forge, store.get_batch(batch_id).repo)
 
 
 @pytest.fixture(scope="module")
