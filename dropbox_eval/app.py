@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .billing.accounts import Billing
 from .config import Settings
@@ -35,19 +34,20 @@ from .results.poller import Poller
 from .results.webhooks import Nudges, WebhookReceiver
 from .service import Service, Workers
 from .store import Store
+from .store.nodes import Node, default_node_id
 from .store.secrecy import make_state_private
 from .store.statefolder import check_state_path, has_state, make_drop_folders, no_state, open_store
-from .util.alarm import Alarm
 from .web.parts import WebParts
 from .workers.delivery import DeliveryWorker
 from .workers.guard import Report
+from .workers.heartbeat import Heartbeat
 from .workers.inbox import InboxWorker
 from .workers.opening import OpenWorker
 from .workers.polling import ForgeWorker, PollingStages
 from .workers.retention import PruneSchedule, service_retention
-from .workers.status import StatusFile, now_text
+from .workers.running import Running
+from .workers.status import now_text
 from .workers.supervisor import Supervisor
-from .workers.wakes import Wakes
 
 
 @dataclass
@@ -69,6 +69,7 @@ class App:
     statecheck: StateCheck
     pause: Pause
     retries: Retries
+    node: Node
     metrics: Metrics = field(default_factory=Metrics)
 
     @property
@@ -86,6 +87,7 @@ class App:
             gitea=self.gitea,
             pause=self.pause,
             metrics=self.metrics,
+            node=self.node,
         )
 
 
@@ -129,7 +131,7 @@ def build_service(
     `polling`: True polls the inbox, False uses inotify, None takes `SAAS_EVAL_POLLING`,
     and when that is unset too polls only an inbox on a network or FUSE filesystem.
     `metrics`: the process's metrics when they exist already (else new ones)."""
-    running = _Running(settings.state_path / "service.json")
+    running = Running(settings.state_path / "service.json")
     app = _build(settings, with_forge=True, create=create, service=running, metrics=metrics)
     choice = settings.polling if polling is None else polling
     inbox = InboxWorker(
@@ -152,7 +154,12 @@ def build_service(
         now=running.wakes.forge,
     )
     delivery = DeliveryWorker(
-        app.store, app.delivery, running.stop, status.report, wake=running.wakes.delivery
+        app.store,
+        app.delivery,
+        running.stop,
+        status.report,
+        wake=running.wakes.delivery,
+        node=app.node,
     )
     workers = Workers(
         inbox,
@@ -167,6 +174,7 @@ def build_service(
         running.stop,
         status,
         running.wakes,
+        Heartbeat(app.node, settings.lease_seconds, status.report),
     )
     if settings.retention_days > 0:  # SAAS_EVAL_RETENTION_DAYS: a prune once a day
         prune = service_retention(app.store, app.billing, settings)
@@ -190,34 +198,15 @@ def forge_worker(app: App, stop: threading.Event, report: Report) -> ForgeWorker
 
 def _polling_stages(app: App) -> PollingStages:
     return PollingStages(
-        app.settings, app.store, app.gitea, app.lifecycle, app.poller, app.nudges, app.metrics
+        app.settings,
+        app.store,
+        app.gitea,
+        app.lifecycle,
+        app.poller,
+        app.nudges,
+        app.metrics,
+        app.node,
     )
-
-
-class _Running:
-    """What the service's parts are given before the workers exist: the events that wake
-    them, the alarm, the status file, the stop event, and (once the stages it drives are
-    built) the opener."""
-
-    def __init__(self, status_path: Path) -> None:
-        self.stop = threading.Event()
-        self.status = StatusFile(status_path)
-        self.alarm = Alarm("alarm")
-        self.wakes = Wakes()
-        self.opener: OpenWorker | None = None
-
-    def retry_later(self, seconds: float, call: Callable[[], None]) -> None:
-        """`call()` in `seconds`, unless the service is stopping by then."""
-
-        def unless_stopping() -> None:
-            if not self.stop.is_set():
-                call()
-
-        self.alarm.after(seconds, unless_stopping)
-
-    def settle_alarm(self, repo: str, seconds: float) -> None:
-        """Visit `repo` when its first settling result is due."""
-        self.alarm.after(seconds, lambda: self.wakes.nudges.add(repo))
 
 
 def _build(
@@ -225,7 +214,7 @@ def _build(
     *,
     with_forge: bool,
     create: bool,
-    service: _Running | None,
+    service: Running | None,
     metrics: Metrics | None,
 ) -> App:
     """Store, billing, forge client, the stages and the inbox, in order, each given what
@@ -238,6 +227,9 @@ def _build(
     # an install from before: 0700 / 0600, logged; the service's start walks all of it
     make_state_private(settings.state_path, everything=service is not None)
     store = open_store(settings.state_path, database_url=settings.database_url)
+    node = store.node(
+        settings.node_id or default_node_id(settings.state_path), settings.lease_seconds
+    )
     billing = Billing(store, settings.task_price)
     metrics = metrics or Metrics(settings.forge_timeout)
     gitea = _forge_client(settings, metrics) if with_forge else None
@@ -305,6 +297,7 @@ def _build(
         on_recorded=on_recorded,
         on_reject=RejectionLog(settings.state_path).append,
         on_filed=metrics.observe_drop,
+        node=node,
     )
     make_drop_folders(settings, new_state=new_state)
     nudges = wakes.nudges if wakes is not None else Nudges()
@@ -324,6 +317,7 @@ def _build(
         StateCheck(store, billing, settings.delivery_max_attempts),
         pause,
         Retries(intake, pause),
+        node,
         metrics,
     )
 

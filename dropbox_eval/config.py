@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     output_dir: Path = Path("outbox")
     state_dir: Path = Path("state")
     database_url: str | None = None  # postgresql://...: the store on PostgreSQL
+    node_id: str | None = None  # this node among those sharing a database (nodes.py)
+    lease_seconds: float = Field(default=30.0, ge=3)  # a silent node's work is taken after
     gitea_url: str | None = None
     gitea_token: str | None = None
     gitea_token_file: Path | None = None

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .store import Store
     from .util.alarm import Alarm
     from .workers.delivery import DeliveryWorker
+    from .workers.heartbeat import Heartbeat
     from .workers.inbox import InboxWorker
     from .workers.opening import OpenWorker
     from .workers.polling import ForgeWorker
@@ -54,6 +55,7 @@ class Workers:
     stop: threading.Event
     status: StatusFile
     wakes: Wakes
+    heartbeat: Heartbeat
 
 
 class Service:
@@ -102,6 +104,12 @@ class Service:
             lock.acquire(timeout=0)
         except Timeout:
             raise already_running(self.settings.state_path) from None
+        node = self.workers.heartbeat.node
+        try:
+            node.join()  # one node per id among those sharing a database
+        except BaseException:
+            lock.release()
+            raise
         try:
             self._install_signal_handlers()
             self.status_file.set(
@@ -137,6 +145,7 @@ class Service:
                 stopped_at=_now(),
                 **({"last_error": f"{_now()} {gave_up}"} if gave_up else {}),
             )
+            self._leave()
             lock.release()
             log.info("service stopped")
         if self.supervisor.failed:
@@ -177,6 +186,7 @@ class Service:
         try:
             paused = self.pause.since()
             while not self.stop_event.wait(1.0):
+                self.workers.heartbeat.tick()
                 self._publish_workers()
                 was, paused = paused, self.pause.since()
                 if was is not None and paused is None:  # resumed by another process
@@ -185,6 +195,13 @@ class Service:
             self.stop()
             self.supervisor.join()
             self.opener.shutdown()
+
+    def _leave(self) -> None:
+        """Give this node's leases back at a clean stop (a kill leaves them to lapse)."""
+        try:
+            self.workers.heartbeat.node.leave()
+        except DropboxEvalError as exc:
+            log.warning("could not release this node's leases (they lapse): %s", exc)
 
     def _publish_workers(self) -> None:
         """The workers' states into the status file, when they changed."""

@@ -11,6 +11,7 @@ import click
 from ..errors import EXIT_NOT_RUNNING, EXIT_OK
 from ..ops.sameconfig import differences, published
 from ..sftp.status import sftp_status
+from ..store.nodes import default_node_id
 from ..util import storage
 from ..util.names import is_reserved_client_id, rename_advice
 from ..views import Views
@@ -29,6 +30,12 @@ def status(obj: Context, as_json: bool) -> None:
         views = Views(obj.store(writable=True))
         record = views.service()
         record["batches"] = views.count()  # the index alone, whatever the history
+        settings = obj.settings()
+        this_node = settings.node_id or default_node_id(settings.state_path)
+        record["node_id"] = this_node
+        record["nodes"] = [  # nodes sharing a database (none on one machine)
+            row.as_dict() for row in views.store.node(this_node, settings.lease_seconds).nodes()
+        ]
         record["sftp"] = sftp_status(views.store.state_dir)
         record["settings_differ"] = differences(
             published(obj.settings()), record.get("settings") or {} if record["running"] else {}
@@ -70,6 +77,8 @@ def _print_status(record: dict[str, Any]) -> None:
     )
     counts = record["batches"]
     click.echo("batches: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    for node in record["nodes"]:
+        click.echo(_node_line(node, node["node_id"] == record["node_id"]))
     sftp = record["sftp"]
     where = f"on {sftp.get('host')}:{sftp.get('port')} (pid {sftp.get('pid')})"
     state = f"running {where}" if sftp["running"] else "not running"
@@ -99,3 +108,13 @@ def _worker_line(name: str, worker: dict[str, Any]) -> str:
 
 
 COMMANDS = [status]
+
+
+def _node_line(node: dict[str, Any], this: bool) -> str:
+    """`node NAME (this one) on HOST pid P, vX: up, heartbeat 3 s ago; holds poll 2`."""
+    holds = ", ".join(f"{kind} {count}" for kind, count in sorted(node["holds"].items()))
+    return (
+        f"node {node['node_id']}{' (this one)' if this else ''} on {node['host']} pid "
+        f"{node['pid']}, v{node['version']}: {node['state']}, heartbeat "
+        f"{node['heartbeat_age']:.0f} s ago; holds {holds or 'nothing'}"
+    )

@@ -31,6 +31,7 @@ from ..errors import BatchRejected, Conflict, ForgeError, NotFoundError, Storage
 from ..models import BatchFile, BatchRecord, BatchStatus
 from ..protocol.batchlines import is_lines_name
 from ..protocol.documents import ErrorFile, receipt_for
+from ..store.nodes import SoloNode, leased
 from ..util import crashpoints, timestamps
 from ..util.clock import Backoff
 from . import fsops
@@ -44,6 +45,7 @@ from .sweep import StaleUploads
 if TYPE_CHECKING:
     from ..ports import Accepting
     from ..store import Store
+    from ..store.nodes import Node
 
 __all__ = [
     "Inbox",
@@ -85,6 +87,7 @@ class Inbox:
         on_recorded: Callable[[str, str], object] | None = None,
         on_reject: Callable[[dict[str, Any], str | None], None] | None = None,
         on_filed: Callable[[str, float], None] | None = None,
+        node: Node | None = None,
     ) -> None:
         """`intake` records batches; `cancel` cancels one (a cancel file); `stale_after`:
         seconds after which an upload never renamed into place goes. `paused`: when
@@ -92,7 +95,9 @@ class Inbox:
         `on_recorded` is handed each new batch once its drop is filed (the service's
         opener, or, for a command alone, a visit that opens its issues before `process`
         returns); `on_reject` is told of every rejection (the operator's rejection log);
-        `on_filed` of every filed drop: outcome and seconds since its last change."""
+        `on_filed` of every filed drop: outcome and seconds since its last change. `node`:
+        this node among those sharing the store, whose `drop` lease a file is read under
+        (another node may see the same file on a shared folder); None: the only one."""
         self.root = root.resolve()
         self.stale_uploads = StaleUploads(self.root, stale_after)
         self.store = store
@@ -105,6 +110,7 @@ class Inbox:
         self.on_filed = on_filed
         self.paused = paused
         self.storage_waits = Backoff()  # drops whose last look storage refused
+        self.node = node or SoloNode("solo")
 
     def scan(self) -> list[Path]:
         """Every candidate file present now (start-up and periodic rescans); stale uploads
@@ -170,21 +176,29 @@ class Inbox:
         try:
             if not fsops.claim(fd):
                 raise Skip("busy", "another process holds a lock on the file")
-            if not fsops.same_file(folder_fd, path.name, fd):
-                raise Skip("vanished", "the file was moved or replaced before it was read")
-            log.info("file %s: reading", shown(path))
-            try:
-                raw = read_whole(fd, self.max_file_bytes)
-            except BatchRejected as exc:
-                return self._reject(folder_fd, path, exc, None, fd)
-            except OSError as exc:
-                raise Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
-            sha256 = hashlib.sha256(raw).hexdigest()
-            cancel_of = cancel_request_of(path.name, raw)
-            with crashpoints.operation("intake" if cancel_of is None else "cancel"):
-                return self._take(folder_fd, path, raw, sha256, fd, cancel_of)
+            # a lock on a network share may not reach another host: the store's lease does
+            with leased(self.node, "drop", str(path.relative_to(self.root))) as mine:
+                if not mine:
+                    raise Skip("busy", "another node is filing the file")
+                return self._read_and_take(folder_fd, path, fd)
         finally:
             os.close(fd)
+
+    def _read_and_take(self, folder_fd: int, path: Path, fd: int) -> Outcome:
+        """Read the claimed file, if it is still the one at its name, and take it."""
+        if not fsops.same_file(folder_fd, path.name, fd):
+            raise Skip("vanished", "the file was moved or replaced before it was read")
+        log.info("file %s: reading", shown(path))
+        try:
+            raw = read_whole(fd, self.max_file_bytes)
+        except BatchRejected as exc:
+            return self._reject(folder_fd, path, exc, None, fd)
+        except OSError as exc:
+            raise Skip("unreadable", f"cannot read the file, will retry: {exc}") from exc
+        sha256 = hashlib.sha256(raw).hexdigest()
+        cancel_of = cancel_request_of(path.name, raw)
+        with crashpoints.operation("intake" if cancel_of is None else "cancel"):
+            return self._take(folder_fd, path, raw, sha256, fd, cancel_of)
 
     def _take(
         self, folder_fd: int, path: Path, raw: bytes, sha256: str, fd: int, cancel_of: str | None

@@ -24,6 +24,7 @@ from .rows import BatchRow, HistoryPage
 
 if TYPE_CHECKING:
     from .audit import AuditEntry
+    from .nodes import Node
     from .totals import Snapshot
 
 TaskChanges = dict[str, dict[str, Any]]  # task_id -> the fields that change
@@ -251,6 +252,10 @@ class Store(Protocol):
     def close(self) -> None:
         """Release what the engine holds open (a database's pooled connections; the files'
         engine holds nothing between calls). The store is not used after."""
+        ...
+
+    def node(self, node_id: str, lease_seconds: float) -> Node:
+        """This process as node `node_id` among those sharing the store (nodes.py)."""
         ...
 
     # -- clients and money ------------------------------------------------------------

@@ -20,6 +20,7 @@ from .clients import ClientStore, post_entry, settle_once
 from .files import read_table, write_table
 from .groupcommit import GroupCommit
 from .listing import BatchListing
+from .nodes import SoloNode
 from .reports import Reports
 from .rows import SUMMARY_FIELDS, dump, encode, insert, summary_row
 from .tombstones import Tombstones
@@ -41,6 +42,10 @@ class TinyDBStore(
 
     def close(self) -> None:
         """Nothing is held open between calls (the contract's `close`)."""
+
+    def node(self, node_id: str, lease_seconds: float) -> SoloNode:
+        """One machine, one node: the state folder's lock keeps it the only one."""
+        return SoloNode(node_id)
 
     @contextlib.contextmanager
     def transaction(

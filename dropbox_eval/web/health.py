@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..forge.client import GiteaClient
     from ..store import Store
+    from ..store.nodes import Node
 
 CACHE_SECONDS = 5.0
 
@@ -32,6 +33,7 @@ class Readiness:
     """The outcome of every check: `checks[name]` is "ok" or the reason it failed."""
 
     checks: dict[str, str] = field(default_factory=dict)
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # on a shared database
 
     @property
     def ready(self) -> bool:
@@ -48,10 +50,14 @@ class Health:
         gitea: GiteaClient | None,
         settings: Settings,
         service_status: Callable[[], dict[str, Any] | None],
+        node: Node | None = None,
     ) -> None:
         """`settings`: the state folder, inbox and outbox; `service_status()`: the running
         service's status (service.json's record, its `workers` as they are now), or None
-        when no service holds the state folder."""
+        when no service holds the state folder; `node`: this node, whose view of every
+        node sharing the store the answer lists (a peer's loss is shown, not a failure
+        of this one: its work is taken over)."""
+        self.node = node
         self.store = store
         self.gitea = gitea
         self.settings = settings
@@ -73,9 +79,17 @@ class Health:
                 (("storage",), self._storage),
             ):
                 checks |= _guarded(names, check)
-            result = Readiness(checks)
+            result = Readiness(checks, self._nodes())
             self._cached = (time.monotonic(), result)
             return result
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        if self.node is None:
+            return []
+        try:
+            return [row.as_dict() for row in self.node.nodes()]
+        except DropboxEvalError:  # the store check says why
+            return []
 
     def _store(self) -> str:
         try:

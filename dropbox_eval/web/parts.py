@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..ops.metrics import Metrics
     from ..results.webhooks import WebhookReceiver
     from ..store import Store
+    from ..store.nodes import Node
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,3 +47,4 @@ class WebParts(ApiParts):
     gitea: GiteaClient | None  # whether the forge answers (readiness)
     pause: Pause
     metrics: Metrics
+    node: Node  # every node sharing the store (readiness, the page)

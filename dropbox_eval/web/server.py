@@ -33,7 +33,7 @@ def create_web(parts: WebParts, service_status: Callable[[], dict[str, Any] | No
     service's status, None when none runs (the in-process service inside `run
     --http-port`, the status file for `serve`)."""
     api = create_api(parts)
-    health = Health(parts.store, parts.gitea, parts.settings, service_status)
+    health = Health(parts.store, parts.gitea, parts.settings, service_status, parts.node)
     state = CollectorRegistry()  # this app's: the process's own metrics are not touched
     state.register(StateCollector(parts.store, parts.settings, parts.webhooks))
 
@@ -61,6 +61,8 @@ def create_web(parts: WebParts, service_status: Callable[[], dict[str, Any] | No
     async def readyz() -> JSONResponse:
         result = await run_in_threadpool(health.readiness)
         body = {"ok": result.ready, "checks": result.checks} | parts.pause.view()
+        if result.nodes:  # nodes sharing a database: each one's heartbeat and leases
+            body["nodes"] = result.nodes
         if body["paused"]:  # held on purpose: still ready, and says so
             body["message"] = f"paused since {body['paused_since']}"
         return JSONResponse(body, status_code=200 if result.ready else 503)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..delivery.deliverer import Delivery, destination
 from ..errors import StorageUnavailable
 from ..models import BatchRecord, BatchStatus
+from ..store.nodes import SoloNode, leased
 from ..util.keyedpool import KeyedPool
 from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from ..store import Store
+    from ..store.nodes import Node
 
 log = logging.getLogger("dropbox_eval")
 
@@ -31,8 +33,11 @@ class DeliveryWorker:
         stop: threading.Event,
         report: Report,
         wake: threading.Event | None = None,
+        node: Node | None = None,
     ) -> None:
-        """`wake` is set when a batch ends: deliver it now."""
+        """`wake` is set when a batch ends: deliver it now. `node`: a report is delivered
+        under this node's `deliver` lease (None: the only node)."""
+        self.node = node or SoloNode("solo")
         self.store = store
         self.delivery = delivery
         self.stop = stop
@@ -93,4 +98,10 @@ class DeliveryWorker:
         waits.succeeded(batch.batch_id)
 
     def _deliver(self, batch_id: str) -> None:
-        guarded(f"batch {batch_id}", self.report, self.delivery.deliver_due, batch_id)
+        guarded(f"batch {batch_id}", self.report, self._leased_delivery, batch_id)
+
+    def _leased_delivery(self, batch_id: str) -> None:
+        """Deliver unless another node is delivering it (its record then says emitted)."""
+        with leased(self.node, "deliver", batch_id) as mine:
+            if mine:
+                self.delivery.deliver_due(batch_id)

@@ -22,6 +22,8 @@ from ..util.keyedpool import KeyedPool
 from ..util.roundrobin import RoundRobin
 from .guard import FAST_TICK_SECONDS, POOL_SIZE, TICK_SECONDS, Report, guarded
 
+BUSY_RETRY_SECONDS = 1.0  # a file held by another process or node: looked at again after
+
 if TYPE_CHECKING:
     from concurrent.futures import Future
     from pathlib import Path
@@ -66,6 +68,7 @@ class InboxWorker:
         )
         self._queued: set[Path] = set()
         self._running = 0  # files handed to the pool and not done yet
+        self._again: dict[Path, float] = {}  # busy files -> when to look at them again
         self._lock = threading.Lock()
         self.pool = KeyedPool(POOL_SIZE, "inbox")
         self.watcher = InboxWatcher(
@@ -157,6 +160,7 @@ class InboxWorker:
         pool, one per free worker (called from one thread: the worker's, or `--once`)."""
         if self.tracker.refill_due():
             self.rescan()
+        self._due_again()
         for path in self.tracker.ready(wanted=self._has_room):
             if path in self._queued:  # changed while waiting (a re-upload): look again later
                 self.tracker.touch(path)
@@ -192,7 +196,24 @@ class InboxWorker:
 
     def _take(self, path: Path) -> None:
         try:
-            guarded(f"file {path}", self.report, self.inbox.process, path)
+            outcome = guarded(f"file {path}", self.report, self.inbox.process, path)
         finally:
             self._done()
             self.wake.set()
+        if outcome is not None and outcome.document.get("reason") == "busy":
+            self._look_again(path)
+
+    def _look_again(self, path: Path) -> None:
+        """A file another process or node holds is looked at again soon, not only at the
+        next rescan: if its holder dies, its lease lapses and this node files it."""
+        with self._lock:
+            self._again[path] = time.monotonic() + BUSY_RETRY_SECONDS
+
+    def _due_again(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [path for path, at in self._again.items() if at <= now]
+            for path in due:
+                del self._again[path]
+        for path in due:
+            self.tracker.touch(path)

@@ -14,6 +14,7 @@ from ..errors import ForgeError, StorageUnavailable
 from ..forge.scheduler import on_behalf_of
 from ..models import BatchStatus
 from ..results.scout import ChangeScout, Visit
+from ..store.nodes import leased
 from ..util.keyedpool import KeyedPool
 from .guard import POOL_SIZE, TICK_SECONDS, Report, guarded
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ..results.poller import Poller
     from ..results.webhooks import Nudges
     from ..store import Store
+    from ..store.nodes import Node
     from .opening import OpenWorker
 
 log = logging.getLogger("dropbox_eval")
@@ -44,6 +46,7 @@ class PollingStages:
     poller: Poller
     nudges: Nudges
     metrics: Metrics
+    node: Node  # a repo is polled under this node's `poll` lease
 
 
 class ForgeWorker:
@@ -69,6 +72,7 @@ class ForgeWorker:
         self.poller = stages.poller
         self.nudges = stages.nudges
         self.metrics = stages.metrics
+        self.node = stages.node
         self.stop = stop
         self.report = report
         self.opener = opener
@@ -157,7 +161,13 @@ class ForgeWorker:
 
     def _visit_repo(self, repo: str, batch_ids: list[str], visit: Visit, client: str) -> None:
         with on_behalf_of(client):
-            guarded(f"repo {repo}", self.report, self.visit_repo, batch_ids, visit)
+            guarded(f"repo {repo}", self.report, self._leased_visit, repo, batch_ids, visit)
+
+    def _leased_visit(self, repo: str, batch_ids: list[str], visit: Visit) -> None:
+        """Visit the repo unless another node is polling it (it records what it reads)."""
+        with leased(self.node, "poll", repo.casefold()) as mine:
+            if mine:
+                self.visit_repo(batch_ids, visit)
 
     def visit_repo(self, batch_ids: list[str], visit: Visit) -> None:
         """End or resume each due batch of one repo, then poll the rest in one listing."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ... import __version__
 from ...models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
 from ..audit import AuditEntry
 from ..contract import TaskChanges
@@ -34,6 +35,7 @@ from .connection import (
     try_claim,
 )
 from .migrate import check_schema, migrate
+from .nodes import PgNode
 from .transaction import PgTransaction
 
 CLAIM_POLL = 0.05  # seconds between tries of a batch's issue claim while waiting for it
@@ -64,6 +66,10 @@ class PostgresStore:
     def close(self) -> None:
         """Close the pool's connections."""
         self._pool.close()
+
+    def node(self, node_id: str, lease_seconds: float) -> PgNode:
+        """This process as a node whose leases and heartbeat live in the database."""
+        return PgNode(self._pool, self.url, node_id, lease_seconds, __version__)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Connection]:
