@@ -174,7 +174,7 @@ def build_service(
         running.stop,
         status,
         running.wakes,
-        Heartbeat(app.node, settings.lease_seconds, status.report),
+        Heartbeat(app.node, settings.lease_seconds, status.report, _budget_share(app.gitea)),
     )
     if settings.retention_days > 0:  # SAAS_EVAL_RETENTION_DAYS: a prune once a day
         prune = service_retention(app.store, app.billing, settings)
@@ -194,6 +194,13 @@ def forge_worker(app: App, stop: threading.Event, report: Report) -> ForgeWorker
     around it (a test or a bench drives its cycles)."""
     opener = OpenWorker(app.store, app.intake.opener, app.lifecycle, report)
     return ForgeWorker(_polling_stages(app), stop, report, opener)
+
+
+def _budget_share(gitea: GiteaClient | None) -> Callable[[int], None] | None:
+    """The forge budget's share per node, told the nodes up at each heartbeat."""
+    if gitea is None or gitea.scheduler is None:
+        return None
+    return gitea.scheduler.limiter.share
 
 
 def _polling_stages(app: App) -> PollingStages:

@@ -58,6 +58,7 @@ class Limiter:
     ) -> None:
         self.floor = max(1, floor)
         self.ceiling = max(self.floor, ceiling)
+        self._whole_ceiling = self.ceiling  # the forge's, shared by every node (`share`)
         self._limit = float(min(max(initial, self.floor), self.ceiling))
         self._lowest: float | None = None  # the forge's floor
         self._confirmed_at = clock()  # when a call last came near the floor
@@ -84,6 +85,21 @@ class Limiter:
     def paused_for(self) -> float:
         """Seconds left of a pause the forge asked for (Retry-After); 0 when none."""
         return max(0.0, self._paused_until - self._clock())
+
+    def share(self, nodes: int) -> None:
+        """This node's part of the forge's ceiling when `nodes` nodes call the same forge:
+        the sum over the nodes stays the forge's own, never multiplied by their number."""
+        with self._lock:
+            before = self.limit
+            self.ceiling = max(self.floor, self._whole_ceiling // max(1, nodes))
+            self._limit = min(self._limit, float(self.ceiling))
+            if self._probe is not None:
+                self._probe.limit = min(self._probe.limit, float(self.ceiling))
+            if self._recover_to is not None:
+                self._recover_to = min(self._recover_to, float(self.ceiling))
+            after = self.limit
+        if after != before and self._on_change is not None:
+            self._on_change(after)
 
     def record(self, outcome: Outcome, in_flight: int) -> None:
         """Learn from one finished call; `in_flight` counts it and the others still out."""
