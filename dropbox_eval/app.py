@@ -255,7 +255,8 @@ def _build(
         delivery_max_attempts=settings.delivery_max_attempts,
     )
     wakes = service.wakes if service is not None else None
-    pause = Pause(settings.state_path, on_resume=wakes.resumed if wakes is not None else None)
+    on_resume = wakes.resumed if wakes is not None else None
+    pause = Pause(settings.state_path, on_resume, store.flags())
     closer = BatchCloser(store, billing, on_closed=wakes.batch_closed if wakes else None)
     poller = Poller(
         store,

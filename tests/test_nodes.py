@@ -5,11 +5,14 @@ the forge's budget instead of multiplying it."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -178,3 +181,32 @@ def test_one_machine_is_one_node_holding_every_lease(tmp_path: Path) -> None:
         assert mine and too
     assert node.nodes() == []
     assert default_node_id(tmp_path / "state") != default_node_id(tmp_path / "other")
+
+
+def test_a_pause_on_one_node_pauses_every_node(pg_cluster: Cluster, tmp_path: Path) -> None:
+    url = pg_cluster.fresh_url()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
+
+    def on(node: str, *args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "dropbox_eval", *args, "--json"],
+            env=env
+            | {
+                "SAAS_EVAL_HOME": str(tmp_path),
+                "SAAS_EVAL_STATE_DIR": str(tmp_path / f"state-{node}"),
+                "SAAS_EVAL_DATABASE_URL": url,
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode in (0, 3), done.stderr  # 3: `status` of a stopped service
+        return dict(json.loads(done.stdout))
+
+    assert on("b", "status")["paused"] is False
+    assert on("a", "pause")["paused"] is True
+    shown = on("b", "status")
+    assert (shown["paused"], shown["paused_by"]) == (True, "cli")
+    assert not (tmp_path / "state-a" / "paused.json").exists()  # the database holds it
+    on("b", "resume")
+    assert on("a", "status")["paused"] is False

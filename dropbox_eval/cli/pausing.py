@@ -19,7 +19,8 @@ def pause(obj: Context, as_json: bool) -> None:
     No receipt or error file is written and no issue is created, commented or closed
     (cancels are stored, deadlines wait); it survives a restart; `resume` ends it."""
     with friendly_errors(as_json), audited(obj, "pause", "-"):
-        state = Pause(obj.store().state_dir)
+        store = obj.store()
+        state = Pause(store.state_dir, flags=store.flags())
         state.pause(by="cli")
         view = state.view()
     if as_json:
@@ -35,7 +36,8 @@ def pause(obj: Context, as_json: bool) -> None:
 def resume(obj: Context, as_json: bool) -> None:
     """End the pause: the service takes the waiting files and resumes forge writes."""
     with friendly_errors(as_json), audited(obj, "resume", "-") as detail:
-        state = Pause(obj.store().state_dir)
+        store = obj.store()
+        state = Pause(store.state_dir, flags=store.flags())
         ended = state.resume()
         detail["was_paused"] = ended is not None
     if as_json:

@@ -88,7 +88,7 @@ def _filed(
     """The service's filing of the drop, or this process's own when no service runs."""
     deadline = time.monotonic() + timeout
     inbox: Inbox | None = None
-    paused = Pause(settings.state_path)
+    paused = Pause(settings.state_path, flags=obj.store().flags())
     while True:
         found = drop.filed()
         if found is not None:

@@ -88,9 +88,9 @@ def needs_a_person(
         elif batch.status == BatchStatus.RUNNING:
             deadline = _deadline(batch, settings)
             if deadline + overdue_grace(settings) <= now:
-                holder = holder or _holder(settings, status)
+                holder = holder or _holder(settings, status, store)
                 items.append(_overdue_item(batch, deadline, now, holder))
-    items.extend(workers_down(status or service_view(settings.state_path)))
+    items.extend(workers_down(status or service_view(settings.state_path, store.flags())))
     items.extend(inbox_missing(status, now))
     items.extend(_storage_item(problem) for problem in storage.problems(settings))
     return items
@@ -163,9 +163,9 @@ def _deadline(batch: BatchRecord, settings: Settings) -> datetime:
     return batch.deadline or batch.created_at + window
 
 
-def _holder(settings: Settings, status: dict[str, Any] | None) -> tuple[str, str]:
+def _holder(settings: Settings, status: dict[str, Any] | None, store: Store) -> tuple[str, str]:
     """Why an overdue batch still runs, and what resolves it."""
-    paused = Pause(settings.state_path).since()
+    paused = Pause(settings.state_path, flags=store.flags()).since()
     if paused is not None:
         return f"intake paused since {paused} (deadlines wait)", "dropbox-eval resume"
     if status is None:

@@ -24,6 +24,7 @@ from .rows import BatchRow, HistoryPage
 
 if TYPE_CHECKING:
     from .audit import AuditEntry
+    from .flags import Flags
     from .nodes import Node
     from .totals import Snapshot
 
@@ -256,6 +257,10 @@ class Store(Protocol):
 
     def node(self, node_id: str, lease_seconds: float) -> Node:
         """This process as node `node_id` among those sharing the store (nodes.py)."""
+        ...
+
+    def flags(self) -> Flags | None:
+        """The flags every node sees (flags.py); None: the state folder's files are."""
         ...
 
     # -- clients and money ------------------------------------------------------------

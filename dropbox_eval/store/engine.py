@@ -47,6 +47,10 @@ class TinyDBStore(
         """One machine, one node: the state folder's lock keeps it the only one."""
         return SoloNode(node_id)
 
+    def flags(self) -> None:
+        """The state folder's files are every process's on this machine."""
+        return None
+
     @contextlib.contextmanager
     def transaction(
         self, *, preparing: tuple[BatchRecord, list[TaskRecord]] | None = None

@@ -198,4 +198,4 @@ class Views:
 
     def service(self) -> dict[str, Any]:
         """Whether the service runs, since when, its last poll and error (service.py)."""
-        return service_view(self.store.state_dir)
+        return service_view(self.store.state_dir, self.store.flags())

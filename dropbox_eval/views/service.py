@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..intake.pause import Pause
 from ..store.servicestate import read_status
 from ..util.timestamps import restamped, rfc3339
 
+if TYPE_CHECKING:
+    from ..store.flags import Flags
+
 SERVICE_TIMES = ("started_at", "stopped_at", "last_poll_at", "state_checked_at")
 KEPT_WHEN_STOPPED = ("stopped_at", "last_error", "state_problems", "workers")
 
 
-def service_view(state_dir: Path) -> dict[str, Any]:
+def service_view(state_dir: Path, flags: Flags | None = None) -> dict[str, Any]:
     """The running service's status record; for a stopped one only what still means
     something (when it stopped, its last error and state problems, never the old pid; its
     workers only when one `failed`: the one that stopped it, until a new start)."""
@@ -35,7 +38,7 @@ def service_view(state_dir: Path) -> dict[str, Any]:
         if isinstance(worker, dict):
             worker["since"] = rfc3339(worker.get("since"))
             worker["last_error"] = restamped(worker.get("last_error"))
-    return record | Pause(state_dir).view()
+    return record | Pause(state_dir, flags=flags).view()
 
 
 def failed_workers(record: dict[str, Any]) -> list[str]:

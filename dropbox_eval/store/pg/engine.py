@@ -34,6 +34,7 @@ from .connection import (
     release_claim,
     try_claim,
 )
+from .flags import PgFlags
 from .migrate import check_schema, migrate
 from .nodes import PgNode
 from .transaction import PgTransaction
@@ -70,6 +71,10 @@ class PostgresStore:
     def node(self, node_id: str, lease_seconds: float) -> PgNode:
         """This process as a node whose leases and heartbeat live in the database."""
         return PgNode(self._pool, self.url, node_id, lease_seconds, __version__)
+
+    def flags(self) -> PgFlags:
+        """Flags as rows: a pause on one node is every node's."""
+        return PgFlags(self._pool, self.url)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Connection]:
