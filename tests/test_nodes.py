@@ -16,11 +16,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import wait_for
+import requests
+from conftest import served, settings_on, wait_for
 from pgcluster import Cluster
 
+from dropbox_eval.app import build_app
 from dropbox_eval.errors import AlreadyRunning
 from dropbox_eval.forge.limiter import Limiter
+from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.store.nodes import default_node_id, leased
 from dropbox_eval.store.pg.engine import PostgresStore
@@ -210,3 +213,30 @@ def test_a_pause_on_one_node_pauses_every_node(pg_cluster: Cluster, tmp_path: Pa
     assert not (tmp_path / "state-a" / "paused.json").exists()  # the database holds it
     on("b", "resume")
     assert on("a", "status")["paused"] is False
+
+
+def test_readyz_and_the_page_show_every_node(
+    pg_cluster: Cluster, tmp_path: Path, forge: SandboxForge
+) -> None:
+    settings = settings_on(
+        forge,
+        tmp_path,
+        database_url=pg_cluster.fresh_url(),
+        node_id="web-node",
+        operator_key="k" * 32,
+    )
+    app = build_app(settings)
+    app.node.join()
+    other = app.store.node("other-node", 30.0)
+    other.join()
+    assert other.take("poll", "o/r")
+    other.leave()  # stopped: shown so, holding nothing
+    with served(app) as url:
+        ready = requests.get(f"{url}/readyz", timeout=30).json()
+        rows = {row["node_id"]: row for row in ready["nodes"]}
+        assert rows["web-node"]["state"] == "up" and rows["other-node"]["state"] == "stopped"
+        session = requests.Session()
+        page = session.post(f"{url}/operator/login", data={"key": "k" * 32}, timeout=30)
+        assert page.status_code == 200
+        assert 'data-node="web-node"' in page.text and 'data-node="other-node"' in page.text
+    app.store.close()
