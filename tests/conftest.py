@@ -57,12 +57,37 @@ def settings_on(forge: SandboxForge, home: Path, **fields: Any) -> Settings:
     )
 
 
+ENGINES = ("tinydb", "postgres")
+# DROPBOX_EVAL_TEST_ENGINE=postgres: every test using `settings` on PostgreSQL (minutes
+# more than CI's time allows for the whole suite; CI runs the `both_engines` modules)
+DEFAULT_ENGINE = os.environ.get("DROPBOX_EVAL_TEST_ENGINE", "tinydb")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module marked `both_engines` runs each test using `settings` on TinyDB and on
+    PostgreSQL (the session's private cluster, a fresh schema per test)."""
+    if metafunc.definition.get_closest_marker("both_engines") and "engine" in metafunc.fixturenames:
+        metafunc.parametrize("engine", ENGINES, indirect=True)
+
+
 @pytest.fixture
-def settings(tmp_path: Path, forge: SandboxForge) -> Settings:
-    """Settings rooted in a tmp folder, pointing at the sandbox forge."""
+def engine(request: pytest.FixtureRequest) -> str | None:
+    """The store the test's settings name: None (TinyDB, unless the module is marked
+    `both_engines` or DROPBOX_EVAL_TEST_ENGINE says postgres) or a PostgreSQL URL."""
+    if getattr(request, "param", DEFAULT_ENGINE) == "tinydb":
+        return None
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    return cluster.fresh_url()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, forge: SandboxForge, engine: str | None) -> Settings:
+    """Settings rooted in a tmp folder, pointing at the sandbox forge (and the engine's
+    database, for a module marked `both_engines`)."""
     return settings_on(
         forge,
         tmp_path,
+        database_url=engine,
         quiet_period=0.1,
         poll_interval=0.2,
         settle_seconds=0,  # tests close issues in one go; test_lane_results.py settles

@@ -91,7 +91,8 @@ OWN_CLIENTS = ("acme", "other")
 def register(app: App, client: str, key: Path) -> None:
     """`client` with 0 credits, logging in with the key pair `key`."""
     app.billing.add_client(client, 0)
-    KeyStore(app.settings.state_path).add(client, key.with_suffix(".pub").read_text())
+    with KeyStore(app.settings.state_path, app.settings.database_url) as keys:
+        keys.add(client, key.with_suffix(".pub").read_text())
 
 
 def keygen(path: Path) -> Path:

@@ -13,6 +13,8 @@ from dropbox_eval.errors import DeliveryError, NotFinished
 from dropbox_eval.forge.markers import marker
 from dropbox_eval.sandbox import SandboxForge
 
+pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL
+
 VERDICT = 'Looks good: all three checks pass.\n\nMore notes.\n\n```json\n{"score": 0.9}\n```\n'
 
 

@@ -14,6 +14,8 @@ from dropbox_eval.models import TaskStatus
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 
+pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL
+
 
 def _calls(forge: SandboxForge) -> list[str]:
     return [f"{r.method} {r.path.split('/api/v1')[1]}" for r in forge.requests]

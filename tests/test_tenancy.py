@@ -149,5 +149,8 @@ def test_a_client_stored_before_its_id_was_reserved_is_named_at_start_and_in_sta
     assert as_json["reserved_clients"] == [{"client_id": "accepted", "available": 30}]
     refused = cli("clients", "api-key", "accepted")
     assert refused.exit_code == 2 and "it gets no API key" in refused.output
-    with pytest.raises(InvalidArgument, match="cannot log in over SFTP"):
-        KeyStore(app.settings.state_path).add("accepted", public_key())
+    with (
+        KeyStore(app.settings.state_path, app.settings.database_url) as keys,
+        pytest.raises(InvalidArgument, match="cannot log in over SFTP"),
+    ):
+        keys.add("accepted", public_key())

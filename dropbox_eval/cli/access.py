@@ -38,7 +38,9 @@ def keys_command(obj: Context, client_id: str, as_json: bool) -> None:
     used (to the hour); never a key."""
     with friendly_errors(as_json):
         rows = Views(obj.store()).api_keys(client_id)
-        rows += [row | {"fingerprint": row["key_id"]} for row in _sftp_keys(obj).listed(client_id)]
+        with _sftp_keys(obj) as sftp_keys:
+            listed = sftp_keys.listed(client_id)
+        rows += [row | {"fingerprint": row["key_id"]} for row in listed]
     if as_json:
         emit_json(rows)
         return
@@ -67,7 +69,8 @@ def revoke_key_command(obj: Context, client_id: str, key_id: str, as_json: bool)
         app = obj.app(with_forge=False)
         if kind == "sftp":
             app.billing.client(client_id)  # a known client, as for API keys
-            _sftp_keys(obj).remove(client_id, key_id)
+            with _sftp_keys(obj) as sftp_keys:
+                sftp_keys.remove(client_id, key_id)
         else:
             app.billing.revoke_api_key(client_id, key_id)
     if as_json:
@@ -127,7 +130,8 @@ def remove_command(obj: Context, client_id: str, write_off: bool, as_json: bool)
         balance = billing.client(client_id).balance
         client = billing.remove(client_id, write_off=write_off)
         detail["written_off"] = balance or None
-        detail["sftp_keys"] = _sftp_keys(obj).remove_all(client_id) or None
+        with _sftp_keys(obj) as sftp_keys:
+            detail["sftp_keys"] = sftp_keys.remove_all(client_id) or None
     if as_json:
         emit_json({"ok": True, **client_view(client), "written_off": balance})
         return

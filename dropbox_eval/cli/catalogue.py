@@ -43,7 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emit": ("batches", "Deliver a finished batch's report (file or callback)."),
     "migrate": (
         "migrate",
-        "Create or update the PostgreSQL schema (SAAS_EVAL_DATABASE_URL); `run` does too.",
+        "Create or update the PostgreSQL schema (SAAS_EVAL_DATABASE_URL; `run` does too), "
+        "or move a TinyDB state folder into it (--from-files).",
     ),
     "pause": (
         "pausing",

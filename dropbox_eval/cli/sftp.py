@@ -90,7 +90,8 @@ def _print_known_hosts_line(obj: Context, name: str, port: int, as_json: bool) -
 
     with friendly_errors(as_json):
         obj.store()  # the state must be there (NoState): the host key lives in it
-        line = known_hosts_line(obj.settings().state_path, name, port)
+        settings = obj.settings()
+        line = known_hosts_line(settings.state_path, name, port, settings.database_url)
     if as_json:
         emit_json({"known_hosts_line": line})
     else:
@@ -109,7 +110,8 @@ def add_key_command(obj: Context, client_id: str, keyfile: Any, as_json: bool) -
 
     with friendly_errors(as_json), audited(obj, "clients add-key", client_id) as detail:
         settings = _existing_client(obj, client_id)
-        added = KeyStore(settings.state_path, settings.database_url).add(client_id, keyfile.read())
+        with KeyStore(settings.state_path, settings.database_url) as keys:
+            added = keys.add(client_id, keyfile.read())
         detail["keys"] = [k.fingerprint for k in added]
     if as_json:
         emit_json({"ok": True, "client_id": client_id, "added": [_key_row(k) for k in added]})
@@ -132,7 +134,8 @@ def remove_key_command(obj: Context, client_id: str, fingerprint: str, as_json: 
 
     with friendly_errors(as_json), audited(obj, "clients remove-key", client_id, key=fingerprint):
         settings = _existing_client(obj, client_id)
-        key = KeyStore(settings.state_path, settings.database_url).remove(client_id, fingerprint)
+        with KeyStore(settings.state_path, settings.database_url) as keys:
+            key = keys.remove(client_id, fingerprint)
     if as_json:
         emit_json({"ok": True, "client_id": client_id, "removed": _key_row(key)})
     else:

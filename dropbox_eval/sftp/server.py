@@ -53,7 +53,8 @@ class Endpoint:
     """Host key, key store, limits and the live sessions; `listen` starts the SSH server."""
 
     def __init__(self, settings: Settings) -> None:
-        """Creates the host key on first use (under the state folder)."""
+        """Creates the host key on first use (where the keys are kept: the state folder,
+        or the database every node shares)."""
         self.settings = settings
         self.keys = KeyStore(settings.state_path, settings.database_url)
         self.limiter = FailureLimiter(
@@ -70,7 +71,7 @@ class Endpoint:
         self.owners = Owners(settings.state_path, settings.database_url)
         self.folder_syncs = FolderSyncs()
         self.files = FileLog(settings.inbox_path)
-        self.host_key = load_or_create_host_key(settings.state_path)
+        self.host_key = load_or_create_host_key(settings.state_path, self.keys.kept)
         self.fingerprint: str = self.host_key.get_fingerprint("sha256")
         self.live: dict[object, Session] = {}
 

@@ -1,19 +1,16 @@
 """The endpoint's host key, lock and status file, all under `<state>/sftp/`.
 
 - `ssh_host_ed25519_key` (0600) and `ssh_host_ed25519_key.pub`: created on the first start;
-  clients pin its fingerprint (printed at start, shown by `dropbox-eval status`).
+  clients pin its fingerprint (printed at start, shown by `dropbox-eval status`). On
+  PostgreSQL the private key is kept in the database, shared by every node
+  (store/pg/sftpkeys.py), and this folder gets only the `.pub` file.
 - `sftp.lock`: held while an endpoint runs on this state folder.
 - `status.json`: address, pid, start time and host key fingerprint of the last start.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import json
-import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,14 +18,15 @@ from filelock import FileLock
 
 from ..errors import ConfigError
 from ..store.secrecy import private_folder
-from ..util.fileio import write_json
+from ..store.sftpkeyfiles import HOST_KEY_NAME
+from ..store.sftpkeys import SftpKeys, fingerprint_of
+from ..store.statefolder import open_sftp_keys
+from ..util.fileio import SHARED_MODE, write_atomically, write_json
 from ..util.locks import held_elsewhere
 from ..util.timestamps import rfc3339
 
 if TYPE_CHECKING:  # asyncssh is imported only by what needs it: `status` stays light
     import asyncssh
-
-HOST_KEY_NAME = "ssh_host_ed25519_key"
 
 
 def sftp_folder(state_dir: Path) -> Path:
@@ -37,41 +35,40 @@ def sftp_folder(state_dir: Path) -> Path:
     return private_folder(state_dir / "sftp")
 
 
-def load_or_create_host_key(state_dir: Path) -> asyncssh.SSHKey:
-    """The endpoint's ed25519 host key, generated and stored 0600 on the first call."""
+def load_or_create_host_key(state_dir: Path, kept: SftpKeys) -> asyncssh.SSHKey:
+    """The endpoint's ed25519 host key, generated and stored (`kept`: in the state folder,
+    or the database all nodes share) on the first call anywhere; its public half is
+    written to `<state>/sftp/ssh_host_ed25519_key.pub` (what `status` reads)."""
     import asyncssh
 
-    path = sftp_folder(state_dir) / HOST_KEY_NAME
+    def new_key() -> bytes:
+        key = asyncssh.generate_private_key("ssh-ed25519", comment="dropbox-eval sftp")
+        return bytes(key.export_private_key("openssh"))
+
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        return _read_host_key(path)
-    key = asyncssh.generate_private_key("ssh-ed25519", comment="dropbox-eval sftp")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key.export_private_key("openssh"))
-        handle.flush()
-        os.fsync(handle.fileno())
-    path.with_name(f"{HOST_KEY_NAME}.pub").write_bytes(key.export_public_key("openssh"))
+        key = asyncssh.import_private_key(kept.host_key(new_key))
+    except (asyncssh.KeyImportError, ValueError) as exc:
+        raise ConfigError(f"cannot read the SFTP host key ({exc})") from None
+    public = bytes(key.export_public_key("openssh"))
+    path = sftp_folder(state_dir) / f"{HOST_KEY_NAME}.pub"
+    try:
+        current = path.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current != public:  # the public half: no secret, what `status` and clients read
+        write_atomically(path, public, mode=SHARED_MODE)
     return key
 
 
-def _read_host_key(path: Path) -> asyncssh.SSHKey:
-    import asyncssh
-
-    mode = stat.S_IMODE(os.lstat(path).st_mode)
-    if mode & 0o077:
-        raise ConfigError(f"{path} is readable by others (mode {mode:o}): chmod 600 it")
-    try:
-        return asyncssh.read_private_key(str(path))
-    except (asyncssh.KeyImportError, OSError) as exc:
-        raise ConfigError(f"{path}: cannot read the SFTP host key ({exc})") from None
-
-
-def known_hosts_line(state_dir: Path, host: str, port: int) -> str:
+def known_hosts_line(state_dir: Path, host: str, port: int, database_url: str | None = None) -> str:
     """The line a client puts in its `known_hosts` to pin the endpoint's host key (the key
     is created now if the endpoint never ran: it is the one the endpoint will load), as
     OpenSSH writes it: `[host]:port` unless the port is 22."""
-    key = load_or_create_host_key(state_dir)
+    kept = open_sftp_keys(state_dir, database_url)
+    try:
+        key = load_or_create_host_key(state_dir, kept)
+    finally:
+        kept.close()
     public = key.export_public_key("openssh").decode("ascii").split()
     where = host if port == 22 else f"[{host}]:{port}"
     return f"{where} {public[0]} {public[1]}"
@@ -81,11 +78,10 @@ def host_key_fingerprint(state_dir: Path) -> str | None:
     """SHA256 fingerprint of the stored host key, or None before the first start."""
     path = state_dir / "sftp" / f"{HOST_KEY_NAME}.pub"
     try:
-        blob = base64.b64decode(path.read_text("ascii").split()[1], validate=True)
-    except (OSError, IndexError, ValueError, binascii.Error):
+        line = path.read_text("ascii")
+    except (OSError, ValueError):
         return None
-    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii").rstrip("=")
-    return f"SHA256:{digest}"  # what `ssh-keygen -lf` and OpenSSH clients print
+    return fingerprint_of(line)  # what `ssh-keygen -lf` and OpenSSH clients print
 
 
 def endpoint_lock(state_dir: Path) -> FileLock:

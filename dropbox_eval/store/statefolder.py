@@ -17,6 +17,8 @@ from ..config import Settings
 from ..errors import ConfigError, NoState
 from .contract import Store
 from .engine import TinyDBStore
+from .sftpkeyfiles import SftpKeyFiles
+from .sftpkeys import SftpKeys
 
 log = logging.getLogger("dropbox_eval")
 
@@ -32,6 +34,17 @@ def open_store(
 
         return PostgresStore(database_url, state_dir, read_only=read_only)
     return TinyDBStore(state_dir, read_only=read_only)
+
+
+def open_sftp_keys(state_dir: Path, database_url: str | None = None) -> SftpKeys:
+    """The SFTP endpoint's keys, where the store is: in the database when `database_url`
+    is set (every node shares them; a host key this state folder holds is offered when the
+    database has none yet), else in files under the state folder."""
+    if database_url:
+        from .pg.sftpkeys import PgSftpKeys  # psycopg: only a service that uses it
+
+        return PgSftpKeys(database_url, local=SftpKeyFiles(state_dir).stored_host_key)
+    return SftpKeyFiles(state_dir)
 
 
 def open_state(settings: Settings) -> Store:
