@@ -12,6 +12,7 @@ own check finds a problem, is refused.
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,10 @@ def folder(
         _ok(cli("clients", "api-key", "acme", "--json"))
     revoked = json.loads(_ok(cli("clients", "keys", "acme", "--json")).stdout)[0]["key_id"]
     _ok(cli("clients", "revoke-key", "acme", revoked))
+    key = tmp_path / "client_key"  # an SFTP key, and the endpoint's host key, in files
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    _ok(cli("clients", "add-key", "acme", str(key.with_suffix(".pub"))))
+    _ok(cli("sftp", "--known-hosts-line"))
 
     delivered = app.intake.submit_batch("acme", tasks(2), batch_ref="first")["batch_id"]
     deleted = app.intake.submit_batch("beta", tasks(1))["batch_id"]
@@ -108,8 +113,12 @@ def _reads(folder: Folder, env: dict[str, str] | None) -> dict[str, Any]:
         commands += [("clients", "keys", client, "--json")]
     for batch_id in (folder.delivered, folder.deleted, folder.running, folder.cancelled):
         commands += [("batch", batch_id, "--json")]
+    commands += [("sftp", "--known-hosts-line")]  # the host key the clients pinned
     for command in commands:
         result = cli(*command, env=env)
+        if command[0] == "sftp":
+            shown["sftp"] = (result.exit_code, result.stdout)
+            continue
         shown[" ".join(command)] = (result.exit_code, json.loads(result.stdout))
     return shown
 

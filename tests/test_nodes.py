@@ -190,7 +190,7 @@ def test_a_pause_on_one_node_pauses_every_node(pg_cluster: Cluster, tmp_path: Pa
     url = pg_cluster.fresh_url()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
 
-    def on(node: str, *args: str) -> dict[str, Any]:
+    def on(node: str, *args: str) -> Any:
         done = subprocess.run(
             [sys.executable, "-m", "dropbox_eval", *args, "--json"],
             env=env
@@ -204,7 +204,7 @@ def test_a_pause_on_one_node_pauses_every_node(pg_cluster: Cluster, tmp_path: Pa
             check=False,
         )
         assert done.returncode in (0, 3), done.stderr  # 3: `status` of a stopped service
-        return dict(json.loads(done.stdout))
+        return json.loads(done.stdout)
 
     assert on("b", "status")["paused"] is False
     assert on("a", "pause")["paused"] is True
@@ -213,6 +213,9 @@ def test_a_pause_on_one_node_pauses_every_node(pg_cluster: Cluster, tmp_path: Pa
     assert not (tmp_path / "state-a" / "paused.json").exists()  # the database holds it
     on("b", "resume")
     assert on("a", "status")["paused"] is False
+    audit = on("a", "audit")  # each node's CLI writes the database's audit log
+    actions = [entry["action"] for entry in audit]
+    assert actions == ["pause", "resume"]
 
 
 def test_readyz_and_the_page_show_every_node(

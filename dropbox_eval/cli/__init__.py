@@ -64,6 +64,7 @@ class Context:
     def __init__(self, overrides: dict[str, Any] | None = None) -> None:
         self.overrides: dict[str, Any] = overrides or {}
         self.env_file: Path | None = None  # `--env-file`: the units' file instead of the shell
+        self._store: Store | None = None  # opened once per command, closed as it ends
 
     def settings(self, **more: Any) -> Settings:
         """Environment (or the `--env-file`) + command-line overrides."""
@@ -94,10 +95,17 @@ class Context:
         from ..store.statefolder import open_state
         from ..util.storage import require_writable
 
-        store = open_state(self.settings())
+        if self._store is None:
+            self._store = open_state(self.settings())
         if writable:
-            require_writable(store.state_dir)
-        return store
+            require_writable(self._store.state_dir)
+        return self._store
+
+    def close(self) -> None:
+        """Close the store the command opened (a database's pooled connections)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 class SettingOption(click.Option):
@@ -243,3 +251,4 @@ def main(ctx: click.Context, /, verbose: int, log_format: str, env_file: Path | 
     """dropbox-eval: file-drop eval batches -> forge issues -> lane results -> reports."""
     configure_logging(verbose, log_format, service=ctx.invoked_subcommand in LONG_RUNNING)
     ctx.ensure_object(Context).env_file = env_file
+    ctx.call_on_close(ctx.obj.close)

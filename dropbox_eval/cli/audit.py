@@ -46,9 +46,20 @@ def _record(obj: Context, action: str, target: str, result: str, detail: dict[st
     (not its failure); after one that failed, its own error line says enough (a read-only
     state refuses both)."""
     try:
-        state_dir = obj.settings().state_path
-        record_action(
-            state_dir, action, target, actor=local_user(), via="cli", result=result, **detail
+        settings = obj.settings()
+        if settings.database_url:  # the database's audit_log, which `audit` reads there
+            obj.store().record_action(
+                action, target, actor=local_user(), via="cli", result=result, **detail
+            )
+            return
+        record_action(  # the folder's file, never creating a state that is not there
+            settings.state_path,
+            action,
+            target,
+            actor=local_user(),
+            via="cli",
+            result=result,
+            **detail,
         )
     except (DropboxEvalError, OSError) as exc:
         level = logging.WARNING if result == "ok" else logging.DEBUG

@@ -28,7 +28,10 @@ from ..engine import TinyDBStore
 from ..files import newest_lines_at
 from ..paging import public
 from ..rows import BatchRow, Row, dump, summary_row
+from ..sftpkeyfiles import SftpKeyFiles
+from ..sftpkeys import fingerprint_of
 from .connection import LOCK_SPACE, STORE_LOCK, Connection, connect, database_errors, describe
+from .sftpkeys import HOST_KEY_ALGORITHM
 from .writes import add_action, add_client, jsonb
 
 # what a database to fill must lack: table -> what its rows are
@@ -56,6 +59,14 @@ INSERT_BATCH = (
 INSERT_TASK = "INSERT INTO tasks (batch_id, position, task_id, doc) VALUES (%s, %s, %s, %s)"
 
 
+# the folder's host key is the one its clients pinned: it replaces one an endpoint made
+# on this empty database (nobody could log in to that one: there was no client)
+_HOST_KEY = """INSERT INTO sftp_host_keys VALUES (%s, %s, now())
+    ON CONFLICT (algorithm) DO UPDATE SET private_key = excluded.private_key"""
+_SFTP_KEY = """INSERT INTO sftp_keys (client_id, fingerprint, line, added_at, last_used_at)
+    VALUES (%s, %s, %s, coalesce(%s::timestamptz, now()), %s::timestamptz)"""
+
+
 class NotEmpty(Conflict):
     """The database already holds a service's data: a copy would merge two ledgers."""
 
@@ -80,6 +91,8 @@ class Copied:
     tasks: int = 0
     reports: int = 0
     audit: int = 0
+    sftp_keys: int = 0
+    sftp_host_key: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -92,7 +105,8 @@ class Copied:
             f"{self.clients} clients, {self.ledger} ledger entries, {batches} batches "
             f"({self.live} live, {self.archived} archived, {len(self.buried)} deleted: "
             f"tombstones), {self.tasks} tasks, {self.reports} reports, "
-            f"{self.audit} audit entries"
+            f"{self.audit} audit entries, {self.sftp_keys} SFTP keys"
+            f"{', the SFTP host key' if self.sftp_host_key else ''}"
         )
 
 
@@ -130,7 +144,37 @@ def copy_state(source: TinyDBStore, url: str) -> Copied:
         for entry in source.audit_entries():
             add_action(conn, entry)
             copied.audit += 1
+        _copy_sftp_keys(conn, SftpKeyFiles(source.state_dir), source, copied)
     return copied
+
+
+def _copy_sftp_keys(
+    conn: Connection, files: SftpKeyFiles, source: TinyDBStore, copied: Copied
+) -> None:
+    """The folder's SFTP host key and each client's keys, in the order added, with when
+    each was added and last used (the endpoint reads them from the database now)."""
+    host_key = files.stored_host_key()
+    if host_key is not None:
+        conn.execute(_HOST_KEY, (HOST_KEY_ALGORITHM, host_key.decode()))
+        copied.sftp_host_key = True
+    for client in source.list_clients():
+        times = files.times(client.client_id)
+        for line in files.lines(client.client_id):
+            fingerprint = fingerprint_of(line)
+            if fingerprint is None:
+                continue
+            when = times.get(fingerprint, {})
+            conn.execute(
+                _SFTP_KEY,
+                (
+                    client.client_id,
+                    fingerprint,
+                    line,
+                    when.get("added_at"),
+                    when.get("last_used_at"),
+                ),
+            )
+            copied.sftp_keys += 1
 
 
 def _refuse_filled(conn: Connection, url: str) -> None:
