@@ -1,6 +1,7 @@
 """A world for crash-point tests: a tmp home, the sandbox forge and a callback receiver in
 this process, and `dropbox-eval run --once` passes in child processes that a crash point
-(DROPBOX_EVAL_CRASH_AFTER) may kill; the invariants every run must end in."""
+(DROPBOX_EVAL_CRASH_AFTER) may kill; the invariants every run must end in. The store is the
+state folder's TinyDB, or a PostgreSQL schema of its own when `database_url` is given."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from dropbox_eval.models import BatchStatus
 from dropbox_eval.ops.statecheck import StateCheck
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.store import BatchRow
-from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.contract import Store
+from dropbox_eval.store.statefolder import open_store
 from dropbox_eval.util.fileio import write_atomically
 
 CREDITS = 50
@@ -48,15 +50,30 @@ class World:
     home: Path
     forge: SandboxForge
     receiver: Receiver | None = None
+    database_url: str | None = None  # the store on PostgreSQL; else TinyDB in the home
     drops: list[str] = field(default_factory=list)
     kills: list[str] = field(default_factory=list)  # what each kill's crash point said
+    _store: Store | None = None
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._store is not None:
+            self._store.close()
 
     @property
     def settings(self) -> Any:
         return load_settings(home=self.home)
 
-    def store(self) -> TinyDBStore:
-        return TinyDBStore(self.settings.state_path)
+    def store(self) -> Store:
+        """The store as it is now: the files read afresh, or the database (one pool, closed
+        with the world)."""
+        if self.database_url is None:
+            return open_store(self.settings.state_path)
+        if self._store is None:
+            self._store = open_store(self.settings.state_path, database_url=self.database_url)
+        return self._store
 
     def env(self, crash: str | None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
@@ -68,6 +85,8 @@ class World:
             SAAS_EVAL_OWNER=self.forge.user,
         )
         env.update({f"SAAS_EVAL_{k.upper()}": str(v) for k, v in SETTINGS.items()})
+        if self.database_url is not None:
+            env["SAAS_EVAL_DATABASE_URL"] = self.database_url
         if crash:
             env["DROPBOX_EVAL_CRASH_AFTER"] = crash
         return env
@@ -94,11 +113,13 @@ class World:
         a service started afresh on the same state, which is what a restart is."""
         if crash is not None:
             return self.command("run", "--once", crash=crash)
-        service = service_for(build_app(settings_on(self.forge, self.home, **SETTINGS)))
-        runner = threading.Thread(target=service.run, kwargs={"once": True}, daemon=True)
+        database = {} if self.database_url is None else {"database_url": self.database_url}
+        app = build_app(settings_on(self.forge, self.home, **SETTINGS, **database))
+        runner = threading.Thread(target=service_for(app).run, kwargs={"once": True}, daemon=True)
         runner.start()
         runner.join(PASS_TIMEOUT)
         assert not runner.is_alive(), "a run --once pass did not end"
+        app.store.close()
         return False
 
     def fund(self) -> None:

@@ -7,6 +7,7 @@ anything a restart sees afterwards: an atomic file write, an appended journal li
 rename or removal in the state, a write request to the forge or a callback POST.
 
 Operations nest (a cancel settles): a write counts for every operation open around it.
+Writes that land at once (a database COMMIT) are one durable write: `landed_together`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextvars import ContextVar
+from collections.abc import Iterable, Iterator
+from contextvars import Context, ContextVar, copy_context
 
 ENV = "DROPBOX_EVAL_CRASH_AFTER"
 OPERATIONS = frozenset(
@@ -78,3 +79,19 @@ def wrote(what: str) -> None:
         sys.stderr.write(f"crash point: {target} write {limit} ({what})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def landed_together(writes: Iterable[tuple[Context, str]]) -> None:
+    """Record writes that landed at once (one database COMMIT), each made in its context,
+    as one durable write (named after the first) for every operation open around any of
+    them: a kill after a second one would find what a kill after the first finds."""
+    made = list(writes)
+    if not made:
+        return
+    around = dict.fromkeys(op for context, _what in made for op in context.run(_open.get))
+    copy_context().run(_wrote_within, tuple(around), made[0][1])
+
+
+def _wrote_within(operations: tuple[str, ...], what: str) -> None:
+    _open.set(operations)  # in a copied context: the caller's stays as it is
+    wrote(what)

@@ -1,7 +1,7 @@
 """The PostgreSQL engine's transaction: one database transaction on one connection. Its
 changes are made as they come (so its reads see them) and land together at COMMIT, none
-of them if the block raises. The durable writes it made are counted for the crash-point
-walk once they have landed, each in the context it was made in."""
+of them if the block raises. The writes it made are counted for the crash-point walk once
+they have landed, as one durable write (one COMMIT), in the contexts they were made in."""
 
 from __future__ import annotations
 
@@ -113,10 +113,9 @@ class PgTransaction:
         self._after.append(action)
 
     def landed(self) -> None:
-        """The transaction committed: its writes count for the crash-point walk."""
+        """The transaction committed: its writes count for the crash-point walk, once."""
         written, self._written = self._written, []
-        for context, what in written:
-            context.run(crashpoints.wrote, f"pg:{what}")
+        crashpoints.landed_together((context, f"pg:{what}") for context, what in written)
 
     def run_after(self) -> None:
         """The actions waiting for the commit."""
