@@ -26,7 +26,9 @@ from ..models import BatchRecord, BatchStatus, TaskRecord, utcnow
 from ..ports import Closing
 from ..store import Store
 from .opentasks import OpenTasks, Owner
-from .reading import LOCAL_CLOCK_MARGIN, ResultReader, gone, read_each
+from .reading import LOCAL_CLOCK_MARGIN, ResultReader, gone
+from .readpool import ReadPool, chunks
+from .recording import VisitChanges
 from .repomoves import follow_moves
 
 log = logging.getLogger("dropbox_eval")
@@ -115,7 +117,7 @@ class Poller(UsesForge):
         if full and not probe:
             open_tasks.load_all()
         started = utcnow() - LOCAL_CLOCK_MARGIN
-        changes: dict[str, dict[str, dict[str, Any]]] = {b.batch_id: {} for b in batches}
+        changes = VisitChanges(self.store, [b.batch_id for b in batches], self._checked)
         unread: set[str] = set()  # batches with a result that could not be read this time
         if open_tasks.open():
             listing = _Listing(full, probe, open_count, listed)
@@ -127,32 +129,25 @@ class Poller(UsesForge):
                 self._unlisted.difference_update(b.batch_id for b in batches)
             started = listed_at or started
         for batch in batches:
-            changed = changes[batch.batch_id]
             polled_at = batch.last_polled_at if batch.batch_id in unread else started
             tasks = open_tasks.tasks.get(batch.batch_id)
             if tasks is None:  # no listed issue was its: its counters stand
                 self.store.update_batch(batch.batch_id, last_polled_at=polled_at)
                 continue
             self._checked.discard(batch.batch_id)  # until its counters are written again
-            self.store.update_tasks(batch.batch_id, changed)
-            for task_id, change in changed.items():
-                _log_change(batch.batch_id, task_id, change)
-            now_tasks = _applied(tasks, changed)
+            now_tasks = changes.applied(batch.batch_id, tasks)
             self.refresh_progress(batch, now_tasks, polled_at)
             self._checked.add(batch.batch_id)
             self._alarm(batch.repo, now_tasks)
         follow_moves(self.store, self.gitea, batches)  # a redirect this visit followed
-        return {
-            batch_id: [task_id for task_id, change in changed.items() if "status" in change]
-            for batch_id, changed in changes.items()
-        }
+        return {batch_id: list(done) for batch_id, done in changes.finished.items()}
 
     def _list_closed(
         self,
         batches: list[BatchRecord],
         open_tasks: OpenTasks,
         listing: _Listing,
-        changes: dict[str, dict[str, dict[str, Any]]],
+        changes: VisitChanges,
         unread: set[str],
     ) -> datetime | None:
         """The listing's forge time; `_NOT_LISTED` when a count showed nothing to list."""
@@ -160,10 +155,7 @@ class Poller(UsesForge):
         listed, full = listing.listed, listing.full
         if listed is not None and not full:  # a search found what changed: no listing
             self.gitea.listed_at = listed[1]
-            for (batch, task), change in self._collect_closed(
-                repo, open_tasks, None, False, unread, listed[0]
-            ):
-                changes[batch.batch_id][task.task_id] = change
+            self._collect_closed(repo, open_tasks, None, False, unread, changes, listed[0])
             return listed[1]
         polled = [b.last_polled_at for b in batches if b.last_polled_at is not None]
         since = min(polled) - SINCE_OVERLAP if len(polled) == len(batches) else None
@@ -184,10 +176,9 @@ class Poller(UsesForge):
         listed_at = None
         closed: dict[int, datetime | None] = {}  # open tasks' issues listed closed: closed_at
         if not full or listing.probe:
-            for (batch, task), change in self._collect_closed(
-                repo, open_tasks, since, False, unread, closed=closed, repair=repair
-            ):
-                changes[batch.batch_id][task.task_id] = change
+            self._collect_closed(
+                repo, open_tasks, since, False, unread, changes, closed=closed, repair=repair
+            )
             listed_at = self.gitea.listed_at
             unsettled -= sum(  # a closure after the count must not hide a deleted issue
                 1
@@ -198,10 +189,7 @@ class Poller(UsesForge):
                 return listed_at
         # an issue vanished: list every issue, check the ones the listing cannot see
         open_tasks.load_all()
-        for (batch, task), change in self._collect_closed(
-            repo, open_tasks, None, True, unread, skip=set(closed)
-        ):
-            changes[batch.batch_id][task.task_id] = change
+        self._collect_closed(repo, open_tasks, None, True, unread, changes, skip=set(closed))
         return self.gitea.listed_at or listed_at
 
     def _may_skip(self, batches: list[BatchRecord]) -> bool:
@@ -219,14 +207,16 @@ class Poller(UsesForge):
         since: datetime | None,
         full: bool,
         unread: set[str],
+        changes: VisitChanges,
         listed: list[ForgeIssue] | None = None,
         *,
         closed: dict[int, datetime | None] | None = None,
         skip: set[int] | None = None,
         repair: bool = True,
-    ) -> Iterator[tuple[Owner, dict[str, Any]]]:
-        """Changes of the open tasks from a listing; `closed` collects the open tasks'
-        issue numbers it showed closed; `skip`: issues an earlier listing already read."""
+    ) -> None:
+        """Record the open tasks' changes from a listing, a few pages at a time (readpool.py:
+        no page's issue models outlive its reads); `closed` collects the open tasks' issue
+        numbers it showed closed; `skip`: issues an earlier listing already read."""
         seen: set[int] = set(skip or ())
         # open issues too: a reopen of a settling one, and a close and reopen between two
         # visits (a settled close stands, reading.py)
@@ -238,36 +228,51 @@ class Poller(UsesForge):
                 repo, state=state, labels=self.settings.task_label, since=since, repair=repair
             )
         )
-        pairs: list[tuple[ForgeIssue, Owner]] = []
-        for issue in issues:
-            if issue.number in seen:
-                continue
-            seen.add(issue.number)
-            owner = open_tasks.owner(issue)
-            if owner is None:
-                continue
-            if closed is not None and issue.state == "closed":
-                closed[issue.number] = issue.closed_at
-            pairs.append((issue, owner))
-        reads: list[_Read] = [
-            (owner, issue.number, partial(self.reader.observe, repo, owner[1], issue, _seen(owner)))
-            for issue, owner in pairs
-        ]
-        calls = sum(1 for issue, _ in pairs if issue.state == "closed")  # the others: none
+        with ReadPool(self.gitea) as pool:
+            for page in chunks(issues):
+                reads: list[_Read] = []
+                calls = 0  # closed issues' reads ask the forge; open ones' seldom
+                for issue in page:
+                    if issue.number in seen:
+                        continue
+                    seen.add(issue.number)
+                    owner = open_tasks.owner(issue)
+                    if owner is None:
+                        continue
+                    if issue.state == "closed":
+                        calls += 1
+                        if closed is not None:
+                            closed[issue.number] = issue.closed_at
+                    observe = partial(self.reader.observe, repo, owner[1], issue, _seen(owner))
+                    reads.append((owner, issue.number, observe))
+                del page
+                self._record(pool, reads, calls, unread, changes)
+            for part in chunks(self._unseen_reads(repo, open_tasks, seen, full)):
+                self._record(pool, part, len(part), unread, changes)
+
+    def _unseen_reads(
+        self, repo: str, open_tasks: OpenTasks, seen: set[int], full: bool
+    ) -> Iterator[_Read]:
+        """Reads of the open tasks the listing did not show: each a forge call."""
         for number, owner in open_tasks.read():
             if number in seen:
                 continue
             if full:
-                reads.append(
-                    (owner, number, partial(self._check_unseen, repo, owner[1], _seen(owner)))
-                )
+                yield (owner, number, partial(self._check_unseen, repo, owner[1], _seen(owner)))
             elif owner[1].settling is not None:  # not listed: its issue is read on its own
-                reads.append((owner, number, partial(self.reader.settle_unlisted, repo, owner[1])))
-            else:
-                continue
-            calls += 1
-        changes = read_each(self.gitea, [one[2] for one in reads], calls)
-        for (owner, number, _), change in zip(reads, changes, strict=True):
+                yield (owner, number, partial(self.reader.settle_unlisted, repo, owner[1]))
+
+    def _record(
+        self,
+        pool: ReadPool,
+        reads: list[_Read],
+        calls: int,
+        unread: set[str],
+        changes: VisitChanges,
+    ) -> None:
+        """Run one page's reads and store the changes they make."""
+        outcomes = pool.run([one[2] for one in reads], calls)
+        for (owner, number, _), change in zip(reads, outcomes, strict=True):
             if isinstance(change, ForgeError):
                 log.warning(
                     "batch %s: result of issue #%d unreadable, retried next cycle: %s",
@@ -277,7 +282,8 @@ class Poller(UsesForge):
                 )
                 unread.add(owner[0].batch_id)
             elif change is not None:
-                yield owner, change
+                changes.add(owner, change)
+        changes.flush()
 
     def _check_unseen(
         self, repo: str, task: TaskRecord, since: datetime | None
@@ -316,15 +322,6 @@ class Poller(UsesForge):
         return self.store.update_batch(batch.batch_id, **fields)
 
 
-def _log_change(batch_id: str, task_id: str, change: dict[str, Any]) -> None:
-    if "status" in change:
-        log.info("batch %s: task %s finished as %s", batch_id, task_id, change["status"])
-    elif change.get("settling") is None:
-        log.info("batch %s: task %s reopened before settling; polled again", batch_id, task_id)
-    else:
-        log.debug("batch %s: task %s closed; settling", batch_id, task_id)
-
-
 def _before(moment: datetime | None, mark: datetime | None) -> bool:
     """Whether `moment` (an issue's `closed_at`) may be before `mark` (the count's `Date`);
     without a mark, everything is. The two clocks are whole seconds and need not agree to
@@ -341,8 +338,3 @@ def _seen(owner: Owner) -> datetime | None:
 
 def _unsettled(owner: Owner | None) -> bool:
     return owner is not None and owner[1].settling is None
-
-
-def _applied(tasks: list[TaskRecord], changes: dict[str, dict[str, Any]]) -> list[TaskRecord]:
-    """The tasks as they are after `changes` were stored."""
-    return [t.model_copy(update=changes[t.task_id]) if t.task_id in changes else t for t in tasks]

@@ -13,13 +13,11 @@ settled before a reopen the service never saw is read too: a settled close stand
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import copy_context
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from ..config import Settings
-from ..errors import ForgeError, ForgeNotFound
+from ..errors import ForgeNotFound
 from ..forge.client import ForgeIssue, GiteaClient, UsesForge
 from ..forge.wire import ForgeRefIssue
 from ..models import PullRequestRef, Settling, TaskRecord, TaskResult, TaskStatus, utcnow
@@ -28,7 +26,6 @@ from .lane import Reading, VerdictRules, read_result
 
 READERS = 16  # closed issues of one repo read at once, at most
 LOCAL_CLOCK_MARGIN = timedelta(minutes=2)  # our clock against the forge's
-T = TypeVar("T")
 
 
 class ResultReader(UsesForge):
@@ -238,23 +235,3 @@ def gone(why: str) -> dict[str, Any]:
 def _details(known: PullRequestRef) -> dict[str, Any]:
     fields = ("url", "merged_at", "merge_commit_sha", "additions", "deletions", "changed_files")
     return {name: getattr(known, name) for name in fields}
-
-
-def read_each(gitea: GiteaClient, reads: list[Callable[[], T]], calls: int) -> list[T | ForgeError]:
-    """Each read's outcome, or the forge error that delays that read only (one issue's
-    read never fails the others'). In parallel when `calls` of them ask the forge: each
-    waits its client's turn at the scheduler, so the budget bounds them, not this pool."""
-    listed_at = gitea.listed_at  # the listing's forge time, for every reader
-
-    def read(one: Callable[[], T]) -> T | ForgeError:
-        gitea.listed_at = listed_at
-        try:
-            return one()
-        except ForgeError as exc:
-            return exc
-
-    if calls <= 1:
-        return [read(one) for one in reads]
-    with ThreadPoolExecutor(min(calls, READERS), thread_name_prefix="read") as pool:
-        context = copy_context()
-        return list(pool.map(lambda one: context.copy().run(read, one), reads))
