@@ -141,3 +141,28 @@ def test_a_closure_whose_read_failed_is_listed_once_the_search_window_passed_it(
     time.sleep(1.1)
     service.poll_cycle()  # cycle 6: the search's window no longer holds the closure
     assert app.store.get_tasks(ids[1])[0].status == TaskStatus.PASSED
+
+
+def test_batches_recorded_after_a_search_are_seen_by_the_next_search_not_a_listing_each(
+    settings: Settings, forge: SandboxForge
+) -> None:
+    """A burst of new batches (recorded with their issues after the last plan read the
+    batches) costs the next cycle's search, not a listing per new repo; their closes are
+    read all the same."""
+    app, service, ids = _start(settings, forge, 3)
+    service.poll_cycle()  # cycle 2: a search plan that read the three batches
+    new = [
+        app.intake.submit_batch("acme", tasks(2), batch_ref=f"new{n}")["batch_id"]
+        for n in range(4)
+    ]
+    assert all(app.store.get_batch(b).intake_done for b in new)
+    _close(app, forge, new[1], 0, "eval-pass")
+    _close(app, forge, new[3], 1, "eval-fail")
+    forge.clear_requests()
+    service.poll_cycle()  # cycle 3: one search shows the two closes; no listing at all
+    calls = _calls(forge)
+    assert calls[0] == "GET /repos/issues/search"
+    assert not [c for c in calls if c.endswith("/issues")], calls
+    assert app.store.get_tasks(new[1])[0].status == TaskStatus.PASSED
+    assert app.store.get_tasks(new[3])[1].status == TaskStatus.FAILED
+    assert app.store.get_tasks(new[0])[0].status == TaskStatus.OPEN

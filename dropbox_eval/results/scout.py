@@ -24,6 +24,7 @@ window covers it, or the full cycle's count).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -64,9 +65,12 @@ class ChangeScout:
     # repo -> forge time up to which its changes are known (polled, or searched clean)
     known: dict[str, datetime] = field(default_factory=dict)
     counted: bool = False  # the last cycle asked the counts instead of searching
+    planned: set[str] | None = None  # the batches the last search's plan read
+    plan_seconds: float = 0.0  # from reading them to the search's answer
 
     def plan(self, by_repo: dict[str, list[str]], full: bool) -> dict[str, Visit]:
         """The visits of one cycle: repo -> Visit; repos left out need no request."""
+        started = time.monotonic()
         batches = {repo: [self.store.get_batch(b) for b in ids] for repo, ids in by_repo.items()}
         since = self._since(batches.values())
         if since is None:  # a batch never polled: every repo is listed once, as before
@@ -101,6 +105,8 @@ class ChangeScout:
             if count is not None and count < self._expected(repo_batches, issues):
                 plan[repo] = Visit(full=True, open_count=(count, counted_at))  # one vanished
         self.searched_at, self.known, self.counted = searched_at, known, False
+        self.planned = {b.batch_id for group in batches.values() for b in group}
+        self.plan_seconds = time.monotonic() - started
         return plan
 
     def _by_batch_repo(
@@ -143,10 +149,23 @@ class ChangeScout:
         """Whether the search's window holds every change since the repo was last seen."""
         if since is None:
             return False
-        polled = [b.last_polled_at for b in batches]
+        polled = [self._seen_since(b, since) for b in batches]
         seen = min(p for p in polled if p is not None) if None not in polled else None
         marks = [m for m in (seen, self.known.get(repo)) if m is not None]
         return bool(marks) and max(marks) >= since + SEARCH_OVERLAP
+
+    def _seen_since(self, batch: BatchRecord, since: datetime | None) -> datetime | None:
+        """Since when the service has seen every change of the batch's issues: its last
+        poll; for a batch recorded since the previous plan read the batches (so its issues
+        were made after that, and the previous search answered at most SEARCH_OVERLAP
+        later), the start of this search's window: a burst of new batches is then seen by
+        the search, not by one listing per repo. None: neither."""
+        if batch.last_polled_at is not None:
+            return batch.last_polled_at
+        new = self.planned is not None and batch.batch_id not in self.planned
+        if new and batch.intake_done and self.plan_seconds < SEARCH_OVERLAP.total_seconds():
+            return None if since is None else since + SEARCH_OVERLAP
+        return None
 
     def _since(self, batches: Iterable[list[BatchRecord]]) -> datetime | None:
         if self.searched_at is not None:
@@ -161,7 +180,7 @@ class ChangeScout:
         overdue = batch.deadline is not None and batch.deadline <= utcnow()
         retrying = batch.next_attempt_at is not None and self.is_due(batch)
         return (
-            batch.last_polled_at is None
+            self._seen_since(batch, None) is None
             or not batch.intake_done
             or batch.cancel_requested
             or overdue
