@@ -152,8 +152,7 @@ def test_batches_recorded_after_a_search_are_seen_by_the_next_search_not_a_listi
     app, service, ids = _start(settings, forge, 3)
     service.poll_cycle()  # cycle 2: a search plan that read the three batches
     new = [
-        app.intake.submit_batch("acme", tasks(2), batch_ref=f"new{n}")["batch_id"]
-        for n in range(4)
+        app.intake.submit_batch("acme", tasks(2), batch_ref=f"new{n}")["batch_id"] for n in range(4)
     ]
     assert all(app.store.get_batch(b).intake_done for b in new)
     _close(app, forge, new[1], 0, "eval-pass")
