@@ -19,9 +19,10 @@ DELAY = 0.1  # seconds per request: the knee sits near CAPACITY threads, 160 req
 CAPACITY = 16
 
 _FORGE_CHILD = """
-import sys
+import os, sys
 from dropbox_eval.sandbox import SandboxForge
-with SandboxForge.from_env(port=0) as forge:
+lane = os.environ.get("BENCH_LANE_DELAY")
+with SandboxForge.from_env(port=0, lane_delay=None if lane is None else float(lane)) as forge:
     print(forge.url, forge.token, forge.user, flush=True)
     sys.stdin.read()
 """
@@ -31,16 +32,23 @@ class ForgeProcess:
     """A `SandboxForge` served by a child process; `capacity` (SANDBOX_CAPACITY: API
     requests served at once, 0 for no limit) and `delay` (seconds before each answer) make
     a forge whose throughput tops out near capacity / delay and whose latency grows past it.
+    With `lane_delay`, the sandbox's lane closes each task issue that many seconds after it
+    was opened (pass label and comment, looked at every 0.1 s); without, nothing closes.
     """
 
-    def __init__(self, *, capacity: int = 0, delay: float = 0.0) -> None:
+    def __init__(
+        self, *, capacity: int = 0, delay: float = 0.0, lane_delay: float | None = None
+    ) -> None:
         self.url = self.token = self.user = ""
         self.capacity = capacity
         self.delay = delay
+        self.lane_delay = lane_delay
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> ForgeProcess:
         env = {**os.environ, "SANDBOX_CAPACITY": str(self.capacity)}
+        if self.lane_delay is not None:
+            env["BENCH_LANE_DELAY"] = str(self.lane_delay)
         self._proc = subprocess.Popen(
             [sys.executable, "-P", "-c", _FORGE_CHILD],  # -P: the installed package
             stdin=subprocess.PIPE,

@@ -44,6 +44,8 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "bigdrop": ([], ["--quick"]),
     "limiter": ([], ["--quick"]),
     "cli_start": ([], ["--quick"]),
+    # nodes on PostgreSQL (issue 33): drops/s beside TinyDB, a killed node's takeover
+    "nodes": ([], ["--quick"]),
 }
 
 
