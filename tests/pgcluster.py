@@ -66,6 +66,19 @@ class Cluster:
         """The URL of one of its databases."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
 
+    def stop(self) -> None:
+        """Stop the server as an operator's fast shutdown does: every session is ended."""
+        data = self.folder / "data"
+        _run(_server_user(), binaries() / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+
+    def start(self) -> None:
+        """Start the stopped server again on the same port; back once this returns."""
+        _start(_server_user(), binaries(), self.folder, self.port)
+
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`: every session is ended; back once this returns."""
+        _start(_server_user(), binaries(), self.folder, self.port, "-m", "fast", "restart")
+
     def fresh_url(self, *, migrated: bool = True) -> str:
         """The URL of a new, empty schema (migrated, unless not `migrated`)."""
         schema = f"t{next(self._numbers)}"
@@ -89,10 +102,7 @@ def running() -> Iterator[Cluster]:
         shutil.chown(folder, as_user, as_user)
     data, port = folder / "data", _free_port()
     _run(as_user, bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8")
-    options = f"-p {port} -k {folder} {SERVER_OPTIONS}"
-    _run(
-        as_user, bin_dir / "pg_ctl", "-D", data, "-w", "-l", folder / "log", "-o", options, "start"
-    )
+    _start(as_user, bin_dir, folder, port)
     try:
         cluster = Cluster(folder, port)
         with psycopg.connect(cluster.url("postgres"), autocommit=True) as conn:
@@ -101,6 +111,14 @@ def running() -> Iterator[Cluster]:
     finally:
         _run(as_user, bin_dir / "pg_ctl", "-D", data, "-m", "immediate", "stop")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start(as_user: str | None, bin_dir: Path, folder: Path, port: int, *how: str) -> None:
+    """`pg_ctl start` (or `how`: `-m fast restart`), waiting until the server answers."""
+    options = f"-p {port} -k {folder} {SERVER_OPTIONS}"
+    data, log = folder / "data", folder / "log"
+    command = how or ("start",)
+    _run(as_user, bin_dir / "pg_ctl", "-D", data, "-w", "-l", log, "-o", options, *command)
 
 
 def _stop_orphans(bin_dir: Path, as_user: str | None) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import storage_errors
+from ..errors import StoreError, storage_errors
 from ..util.fileio import write_json
 from ..util.timestamps import now
 
@@ -46,6 +46,7 @@ class Pause:
         self.path = state_dir / FILE
         self.on_resume = on_resume
         self._lock = threading.Lock()
+        self._flag: tuple[dict[str, Any] | None] | None = None  # the flag as last read
 
     def since(self) -> str | None:
         """When intake was paused (RFC 3339), or None while it runs."""
@@ -56,9 +57,17 @@ class Pause:
 
     def record(self) -> dict[str, Any] | None:
         """The pause file's content (`since`, `by`), or None when not paused. A file that
-        cannot be parsed still pauses (it was written to pause): `since` is then unknown."""
+        cannot be parsed still pauses (it was written to pause): `since` is then unknown.
+        A flag the database cannot give (it restarts) is as last read, if it was: the
+        service's loop and its workers, which look every second, go on as they were, and
+        the parts that need the database wait for it and say so."""
         if self.flags is not None:
-            return self.flags.get(FLAG)
+            try:
+                self._flag = (self.flags.get(FLAG),)
+            except StoreError:
+                if self._flag is None:
+                    raise
+            return self._flag[0]
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,23 +24,16 @@ from ..rows import BatchRow, HistoryPage
 from ..secrecy import private_folder
 from ..totals import Snapshot
 from . import listing, reads, writes
-from .connection import (
-    LOCK_SPACE,
-    STORE_LOCK,
-    Connection,
-    database_errors,
-    open_pool,
-    release_claim,
-    try_claim,
-)
+from .claims import Claims
+from .connection import LOCK_SPACE, STORE_LOCK, Connection, committing, database_errors, open_pool
 from .flags import PgFlags
 from .migrate import check_schema, migrate
 from .nodes import PgNode
+from .rerun import rerunning
 from .transaction import PgTransaction
 
-CLAIM_POLL = 0.05  # seconds between tries of a batch's issue claim while waiting for it
 
-
+@rerunning  # a read or a whole transaction of its own, cut by a lost connection: again
 class PostgresStore:
     """The store contract on the database at `url`; other parts keep their own files in
     `state_dir` (this node's). Safe across threads, processes and nodes."""
@@ -58,6 +50,7 @@ class PostgresStore:
             migrate(url)
         self._pool = open_pool(url)
         self._local = threading.local()
+        self._claims = Claims()
 
     @property
     def state_dir(self) -> Path:
@@ -89,9 +82,10 @@ class PostgresStore:
         if joined is not None:
             yield joined
             return
+        self._claims.verify()  # a claim lost with its connection stops its holder here
         with self._reading() as conn:
             tx = PgTransaction(conn)
-            with conn.transaction():
+            with committing(self.url) as sent, conn.transaction():
                 if locked:
                     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_SPACE, STORE_LOCK))
                 self._local.tx = tx
@@ -99,6 +93,7 @@ class PostgresStore:
                     yield tx
                 finally:
                     self._local.tx = None
+                sent()  # the COMMIT goes next: a connection lost from here leaves it unknown
         tx.landed()
         tx.run_after()
 
@@ -171,18 +166,11 @@ class PostgresStore:
         with self._writing(locked=True) as tx:
             tx.archive(batch.batch_id)
 
-    @contextlib.contextmanager
-    def claim_issues(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
-        """A session advisory lock on the batch, held on a connection of its own."""
-        with self._reading() as conn:
-            deadline = time.monotonic() + wait
-            while not (mine := try_claim(conn, batch_id)) and time.monotonic() < deadline:
-                time.sleep(CLAIM_POLL)
-            try:
-                yield mine
-            finally:
-                if mine:
-                    release_claim(conn, batch_id)
+    def claim_issues(
+        self, batch_id: str, wait: float = 0.0
+    ) -> contextlib.AbstractContextManager[bool]:
+        """A session advisory lock on the batch, held on a connection of its own (claims.py)."""
+        return self._claims.hold(self._reading(), batch_id, wait)
 
     def is_recorded(self, batch_id: str) -> bool:
         """Whether the batch was recorded (live, archived or buried)."""

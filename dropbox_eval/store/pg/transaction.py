@@ -13,7 +13,7 @@ from ...models import BatchRecord, Client, LedgerEntry, TaskRecord
 from ...util import crashpoints
 from ..contract import TaskChanges
 from . import reads, writes
-from .connection import Connection
+from .connection import Connection, ConnectionLost, DatabaseError
 
 
 class PgTransaction:
@@ -118,7 +118,11 @@ class PgTransaction:
         crashpoints.landed_together((context, f"pg:{what}") for context, what in written)
 
     def run_after(self) -> None:
-        """The actions waiting for the commit."""
+        """The actions waiting for the commit. One that meets a lost connection raises a
+        plain DatabaseError: the transaction landed, it is not one to run again (rerun.py)."""
         after, self._after = self._after, []
         for action in after:
-            action()
+            try:
+                action()
+            except ConnectionLost as exc:
+                raise DatabaseError(str(exc)) from exc
