@@ -234,20 +234,24 @@ class GiteaClient(ForgeLabels):
             self._owner_ids[key] = int(self._request("GET", f"/users/{owner}")["id"])
         return self._owner_ids[key]
 
-    def count_issues(self, repo: str, *, state: str, labels: str) -> int:
+    def count_issues(
+        self, repo: str, *, state: str, labels: str, since: datetime | None = None
+    ) -> int:
         """How many issues match, from `X-Total-Count` of a one-item page (one request, two
-        when the answer is 0 and duplicate labels had to be merged first). Sets `listed_at`
-        to the forge's time of the count."""
-        count = self._count(repo, state, labels)
-        if count == 0 and self._repair_labels(repo, label_names(labels)):
+        when the answer is 0 and duplicate labels had to be merged first; with `since` a 0
+        may be true, so no repair, as `iter_issues`). Sets `listed_at` to the forge's time
+        of the count."""
+        count = self._count(repo, state, labels, since)
+        if count == 0 and since is None and self._repair_labels(repo, label_names(labels)):
             count = self._count(repo, state, labels)
         return count
 
-    def _count(self, repo: str, state: str, labels: str) -> int:
+    def _count(self, repo: str, state: str, labels: str, since: datetime | None = None) -> int:
+        params: dict[str, Any] = {"state": state, "type": "issues", "labels": labels}
+        if since is not None:
+            params["since"] = rfc3339(since)
         response = self._scheduled(
-            "GET",
-            f"/repos/{repo}/issues",
-            params={"state": state, "type": "issues", "labels": labels, "page": 1, "limit": 1},
+            "GET", f"/repos/{repo}/issues", params={**params, "page": 1, "limit": 1}
         )
         self.listed_at = server_time(response)
         try:

@@ -3,8 +3,9 @@
 Each listed issue goes to the `ResultReader` (reading.py), which reads a closed issue's
 result as of its settle moment and keeps it `settling` until then. With a settle time, the
 listing also shows open issues (a reopen before the settle moment sends the task back to
-running; one after it changes nothing); a settling issue the listing does not show is read
-on its own. Readings are per issue: a
+running; one after it changes nothing); the settling issues the listing does not show are
+listed since their close (settlelisting.py), or each read on its own when that is cheaper or
+they are not there. Readings are per issue: a
 forge error reading one delays that issue only (the batch's `attempts` count failed shared
 work, the listing; an issue unreadable for good is ended by the batch's deadline). The
 periodic full visit reconciles the listing with the forge's open-issue count.
@@ -30,6 +31,7 @@ from .reading import LOCAL_CLOCK_MARGIN, ResultReader, gone
 from .readpool import ReadPool, chunks
 from .recording import VisitChanges
 from .repomoves import follow_moves
+from .settlelisting import SettlingListing
 
 log = logging.getLogger("dropbox_eval")
 
@@ -79,6 +81,7 @@ class Poller(UsesForge):
         # holds open issues of no polled batch, so the next visit of these must list
         self._unlisted: set[str] = set()
         self.reader = ResultReader(gitea, settings)
+        self.listing = SettlingListing(gitea, settings, self.reader)
         self.on_settling = on_settling
 
     def poll_completed(self, batch_id: str, *, full: bool = False) -> list[str]:
@@ -247,6 +250,10 @@ class Poller(UsesForge):
                     reads.append((owner, issue.number, observe))
                 del page
                 self._record(pool, reads, calls, unread, changes)
+            if not full:  # the settling ones listed since their close, not one GET each
+                settling = {n: o for n, o in open_tasks.read() if o[1].settling is not None}
+                for part in chunks(self.listing.reads(repo, settling, seen)):
+                    self._record(pool, part, len(part), unread, changes)
             for part in chunks(self._unseen_reads(repo, open_tasks, seen, full)):
                 self._record(pool, part, len(part), unread, changes)
 
