@@ -95,6 +95,19 @@ def _fill_pool(store: PostgresStore, connections: int = 4) -> None:
         thread.join()
 
 
+def test_every_connection_checks_its_link_and_names_the_service(store: PostgresStore) -> None:
+    """A link that died silently is found in seconds (keepalives, an unanswered-data
+    timeout), and the sessions are the service's in pg_stat_activity."""
+    with store._reading() as conn:
+        params = conn.info.get_parameters()
+        sessions = conn.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'dropbox-eval'"
+        ).fetchone()
+    assert (params["keepalives"], params["keepalives_idle"]) == ("1", "10")
+    assert params["tcp_user_timeout"] == "30000"
+    assert sessions is not None and sessions["n"] >= 1
+
+
 def test_a_store_outlives_a_restart_of_its_database(
     store: PostgresStore, cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:

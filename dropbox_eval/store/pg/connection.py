@@ -23,6 +23,16 @@ Connection = psycopg.Connection[DictRow]
 POOL_MAX = 16  # a thread in a transaction may read on a second connection meanwhile
 POOL_TIMEOUT = 10.0  # seconds to wait for a connection before the operation fails
 CONNECT_TIMEOUT = 10  # seconds, for each new connection
+# a link that died silently (a host or a network gone, no reset sent) is found within
+# about 25 s (TCP keepalives) or 30 s of unanswered data, not after the kernel's hours
+LINK_CHECKS = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms
+    "application_name": "dropbox-eval",  # the nodes' sessions in pg_stat_activity
+}
 # a failed connection attempt is retried with a doubling delay for this long, then the
 # next request starts over from 1 s: after a long outage the pool is back within seconds
 # (psycopg_pool's default of 300 s doubles to a minute or more between attempts)
@@ -124,6 +134,7 @@ def open_pool(url: str) -> ConnectionPool[Connection]:
                 "autocommit": True,
                 "row_factory": dict_row,
                 "connect_timeout": CONNECT_TIMEOUT,
+                **LINK_CHECKS,
             },
             connection_class=psycopg.Connection[DictRow],
             name="dropbox-eval-store",
@@ -137,7 +148,11 @@ def connect(url: str) -> Connection:
     """One connection outside the pool (migrations)."""
     with database_errors(url):
         return psycopg.connect(
-            url, autocommit=True, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT
+            url,
+            autocommit=True,
+            row_factory=dict_row,
+            connect_timeout=CONNECT_TIMEOUT,
+            **LINK_CHECKS,  # type: ignore[arg-type]
         )
 
 
