@@ -108,9 +108,18 @@ def _drops(inbox: Path, numbers: range) -> dict[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("restart", [False, True], ids=["killed", "killed-and-restarted"])
+@pytest.mark.parametrize(
+    ("restart", "database_restart"),
+    [(False, False), (True, False), (False, True)],
+    ids=["killed", "killed-and-restarted", "killed-and-database-restarted"],
+)
 def test_a_node_killed_mid_run_loses_and_doubles_nothing(
-    tmp_path: Path, forge: SandboxForge, pg_cluster: Cluster, lane: SimulatedLane, restart: bool
+    tmp_path: Path,
+    forge: SandboxForge,
+    pg_cluster: Cluster,
+    lane: SimulatedLane,
+    restart: bool,
+    database_restart: bool,
 ) -> None:
     url = pg_cluster.fresh_url()
     store = PostgresStore(url, tmp_path / "setup")
@@ -129,6 +138,8 @@ def test_a_node_killed_mid_run_loses_and_doubles_nothing(
         for first in range(16, DROPS, 4):  # the rest while both run
             time.sleep(0.5)
             dropped |= _drops(inbox, range(first, first + 4))
+            if database_restart and first == 24:  # every connection of both nodes ends
+                pg_cluster.restart()
         time.sleep(max(0.0, 6.0 - (time.monotonic() - started)))
         a.kill()  # 6 s in: some drops, openings, polls and deliveries are a's
         if restart:
