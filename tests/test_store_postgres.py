@@ -18,8 +18,8 @@ from pgcluster import Cluster
 
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
-from dropbox_eval.errors import NoState, StoreError
-from dropbox_eval.models import BatchRecord, Client, utcnow
+from dropbox_eval.errors import NoState, NotFoundError, StoreError
+from dropbox_eval.models import BatchRecord, Client, TaskRecord, TaskResult, TaskSpec, utcnow
 from dropbox_eval.sftp.keys import KeyStore
 from dropbox_eval.sftp.reports import Owners
 from dropbox_eval.store.engine import TinyDBStore
@@ -141,3 +141,22 @@ def test_sftp_reads_its_clients_and_batches_from_the_database(
     keys = KeyStore(node, url)
     assert "client_disabled" in (keys.refusal("acme") or "")
     keys.close()
+
+
+def test_a_nul_byte_is_never_a_database_error(store: PostgresStore) -> None:
+    """PostgreSQL holds no NUL in text or jsonb: a name holding one (hostile input) is
+    unknown, and a NUL in what is kept (a lane's comment) is kept as U+FFFD, not refused;
+    text that only looks like the escape stays as it is."""
+    batch = _batch()
+    spec = TaskSpec(task_id="t1", title="one")
+    task = TaskRecord(
+        task_id="t1", batch_id=batch.batch_id, repo="a/b", payload=spec, created_at=utcnow()
+    )
+    with store.transaction() as tx:
+        tx.record_batch(batch, [task], ledger_entry("hold", 0, 1, batch.batch_id))
+    said = "ok\x00done \\u0000 \\\x00"
+    store.update_tasks(batch.batch_id, {"t1": {"result": TaskResult(summary=said)}})
+    kept = store.get_tasks(batch.batch_id)[0].result
+    assert kept is not None and kept.summary == said.replace("\x00", "\ufffd")
+    with pytest.raises(NotFoundError):
+        store.get_batch("a\x00b")

@@ -17,7 +17,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import StoreError
+from ...errors import NotFoundError, StoreError
 
 Connection = psycopg.Connection[DictRow]
 POOL_MAX = 16  # a thread in a transaction may read on a second connection meanwhile
@@ -69,6 +69,12 @@ def database_errors(url: str) -> Iterator[None]:
     except psycopg.OperationalError as exc:
         lost = ConnectionLost if is_lost(exc) else DatabaseError
         raise lost(f"database {describe(url)} unreachable: {_first_line(exc)}") from exc
+    except psycopg.DataError as exc:
+        if "NUL" not in str(exc):
+            raise DatabaseError(f"database {describe(url)}: {_first_line(exc)}") from exc
+        # a key with a NUL byte (hostile input: ids are checked before they are stored)
+        # names nothing PostgreSQL can hold
+        raise NotFoundError("no such name: it holds a NUL byte") from None
     except psycopg.Error as exc:
         raise DatabaseError(f"database {describe(url)}: {_first_line(exc)}") from exc
 

@@ -4,6 +4,7 @@ A batch's derived columns (status, repo, summary) are written with its record, a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,10 +18,13 @@ from ..audit import AuditEntry
 from ..rows import dump, summary_row
 from .connection import Connection
 
+# jsonb cannot hold U+0000 (a lane's comment may carry one): it is kept as U+FFFD
+_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
 
 def jsonb(value: Any) -> Jsonb:
     """A value as a jsonb parameter (models, times and enums as the JSON files hold them)."""
-    return Jsonb(value, dumps=lambda obj: to_json(obj).decode())
+    return Jsonb(value, dumps=lambda obj: _NUL.sub(r"\1\\ufffd", to_json(obj).decode()))
 
 
 def _batch_columns(batch: BatchRecord) -> dict[str, Any]:
