@@ -24,6 +24,8 @@ from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
 from dropbox_eval.web.fairdoor import SEATS, FairDoor
 
+pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL (the pool)
+
 FLOOD = 40
 
 
@@ -199,7 +201,7 @@ def test_one_clients_flood_of_posts_does_not_delay_another_clients_post(
     flood = [SlowPost(url, keys["alpha"], {"tasks": tasks(1, f"a{n}-")}) for n in range(FLOOD)]
     bravo = SlowPost(url, keys["bravo"], {"tasks": tasks(1, "b-")})
     assert wait_for(lambda: door.held() == {"alpha": FLOOD, "bravo": 1})
-    with app.store.locked():  # the posts seated wait at the store: the rest stay in line
+    with app.store.transaction():  # the posts seated wait at the store: the rest stay in line
         for slow in flood:
             slow.finish()
         assert wait_for(lambda: door.waiting() == {"alpha": FLOOD - SEATS})

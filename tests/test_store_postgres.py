@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from click.testing import CliRunner
+from conftest import wait_for
 from helpers import closed_port, ledger_entry
 from pgcluster import Cluster
 
@@ -23,6 +24,7 @@ from dropbox_eval.models import BatchRecord, Client, TaskRecord, TaskResult, Tas
 from dropbox_eval.sftp.keys import KeyStore
 from dropbox_eval.sftp.reports import Owners
 from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.pg.connection import POOL_MAX
 from dropbox_eval.store.pg.engine import PostgresStore
 from dropbox_eval.store.pg.migrate import latest_version, migrate, migrations
 from dropbox_eval.store.statefolder import open_store
@@ -160,3 +162,40 @@ def test_a_nul_byte_is_never_a_database_error(store: PostgresStore) -> None:
     assert kept is not None and kept.summary == said.replace("\x00", "\ufffd")
     with pytest.raises(NotFoundError):
         store.get_batch("a\x00b")
+
+
+def test_a_crowd_waiting_for_the_store_lock_never_starves_its_holder(
+    store: PostgresStore, url: str
+) -> None:
+    """More transactions wait for the store lock than the pool has connections (a flood
+    of API posts each noting its key's use): the holder's own reads still get one."""
+    waiters = POOL_MAX + 4
+    holding, done = threading.Event(), threading.Event()
+    errors: list[Exception] = []
+
+    def wait_for_the_lock() -> None:
+        holding.wait()
+        try:
+            with store.transaction():
+                pass
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    crowd = [threading.Thread(target=wait_for_the_lock) for _ in range(waiters)]
+    for thread in crowd:
+        thread.start()
+    with psycopg.connect(url, autocommit=True) as watch, store.transaction():
+        holding.set()
+
+        def waiting() -> int:
+            row = watch.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        assert wait_for(lambda: waiting() >= POOL_MAX - 1)  # the pool, but the holder, waits
+        assert store.get_client("acme") is not None  # the holder's read is not starved
+        done.set()
+    for thread in crowd:
+        thread.join()
+    assert errors == []

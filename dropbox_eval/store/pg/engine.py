@@ -4,8 +4,8 @@ A transaction is a database transaction that first takes the store lock (a trans
 advisory lock), so a read-check-write excludes every other one in any process or node,
 as the TinyDB engine's store lock does. A single change (a batch's fields, its tasks, an
 audit line) is its own short transaction without that lock: row locks are enough. A
-change made while this thread has a transaction open joins it. Reads outside a
-transaction see what has landed, on a connection of their own.
+change made while this thread has a transaction open joins it. Reads see what has
+landed, on a pool of their own: a crowd waiting for the store lock never starves them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class PostgresStore:
         else:
             private_folder(state_dir)
             migrate(url)
-        self._pool = open_pool(url)
+        self._pool = open_pool(url)  # reads, single changes, claims, nodes
+        self._tx_pool = open_pool(url)  # transactions (which may wait for the store lock)
         self._local = threading.local()
         self._claims = Claims()
 
@@ -60,6 +61,7 @@ class PostgresStore:
     def close(self) -> None:
         """Close the pool's connections."""
         self._pool.close()
+        self._tx_pool.close()
 
     def node(self, node_id: str, lease_seconds: float) -> PgNode:
         """This process as a node whose leases and heartbeat live in the database."""
@@ -83,7 +85,7 @@ class PostgresStore:
             yield joined
             return
         self._claims.verify()  # a claim lost with its connection stops its holder here
-        with self._reading() as conn:
+        with database_errors(self.url), self._tx_pool.connection() as conn:
             tx = PgTransaction(conn)
             with committing(self.url) as sent, conn.transaction():
                 if locked:
