@@ -24,8 +24,6 @@ from dropbox_eval.util.fileio import write_atomically
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
 
-pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL
-
 
 @pytest.fixture(params=["gitea", "forgejo"])
 def flavoured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[App, SandboxForge]]:

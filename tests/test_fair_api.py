@@ -24,8 +24,6 @@ from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.api import create_api
 from dropbox_eval.web.fairdoor import SEATS, FairDoor
 
-pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL (the pool)
-
 FLOOD = 40
 
 

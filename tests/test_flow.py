@@ -16,8 +16,6 @@ from dropbox_eval.app import App, build_app, build_service
 from dropbox_eval.models import BatchStatus
 from dropbox_eval.sandbox import SandboxForge
 
-pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL
-
 
 def drop_batch(app: App, client: str, name: str, document: dict[str, Any]) -> Path:
     """Drop a batch in `client`'s folder; where its receipt will be."""

@@ -20,8 +20,6 @@ from dropbox_eval.ops.retention import Retention
 from dropbox_eval.protocol.batchlines import parse_batch_lines
 from dropbox_eval.sandbox import SandboxForge
 
-pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL
-
 LIMITS = {"max_bytes": 1 << 20, "max_tasks": 5}
 
 

@@ -30,7 +30,7 @@ from dropbox_eval.store.pg.engine import PostgresStore
 from dropbox_eval.store.pg.nodes import PgNode
 from dropbox_eval.workers.heartbeat import Heartbeat
 
-BEATEN = 5.0  # seconds: a lease whose node beats every quarter second (a loaded machine)
+BEATEN = 3.0  # seconds: a lease whose node beats every quarter second (a loaded machine)
 
 
 @pytest.fixture

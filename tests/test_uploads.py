@@ -42,8 +42,6 @@ from dropbox_eval.inbox.watcher import _Handler
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
 
-pytestmark = pytest.mark.both_engines  # conftest.py: TinyDB and PostgreSQL
-
 QUIET = 0.3
 OLD = 978_307_200  # 2001-01-01: the mtime of a file copied with cp -p / rsync -t
 
