@@ -199,3 +199,28 @@ def test_a_crowd_waiting_for_the_store_lock_never_starves_its_holder(
     for thread in crowd:
         thread.join()
     assert errors == []
+
+
+def test_a_lane_result_orjson_refuses_is_kept_with_its_long_integer_exact(
+    store: PostgresStore,
+) -> None:
+    """A lane's ```json block may hold an integer past 64 bits or a lone surrogate: the
+    integer is kept digit for digit, the surrogate (which jsonb cannot hold) as U+FFFD."""
+    batch = _batch()
+    spec = TaskSpec(task_id="t1", title="one")
+    task = TaskRecord(
+        task_id="t1", batch_id=batch.batch_id, repo="a/b", payload=spec, created_at=utcnow()
+    )
+    with store.transaction() as tx:
+        tx.record_batch(batch, [task], ledger_entry("hold", 0, 1, batch.batch_id))
+    details = {"n": 123456789012345678901234567890, "s": "a\ud800b", "pair": "\U0001f600"}
+    store.update_tasks(
+        batch.batch_id, {"t1": {"result": TaskResult(summary="\ud800", details=details)}}
+    )
+    kept = store.get_tasks(batch.batch_id)[0].result
+    assert kept is not None and kept.summary == "\ufffd"
+    assert kept.details == {
+        "n": 123456789012345678901234567890,
+        "s": "a\ufffdb",
+        "pair": "\U0001f600",
+    }

@@ -4,13 +4,14 @@ A batch's derived columns (status, repo, summary) are written with its record, a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
 
 from ...errors import NotFoundError, StoreError
 from ...models import BatchRecord, Client, LedgerEntry, TaskRecord, utcnow
@@ -18,13 +19,23 @@ from ..audit import AuditEntry
 from ..rows import dump, summary_row
 from .connection import Connection
 
-# jsonb cannot hold U+0000 (a lane's comment may carry one): it is kept as U+FFFD
+# jsonb holds neither U+0000 nor a lone surrogate (a lane's comment may carry either):
+# each is kept as U+FFFD
 _NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 def jsonb(value: Any) -> Jsonb:
     """A value as a jsonb parameter (models, times and enums as the JSON files hold them)."""
-    return Jsonb(value, dumps=lambda obj: _NUL.sub(r"\1\\ufffd", to_json(obj).decode()))
+    return Jsonb(value, dumps=_json_text)
+
+
+def _json_text(value: Any) -> str:
+    try:
+        text = to_json(value).decode()
+    except PydanticSerializationError:  # a lone surrogate, or an integer past 64 bits
+        text = json.dumps(to_jsonable_python(value), ensure_ascii=False)
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return _NUL.sub(r"\1\\ufffd", text)
 
 
 def _batch_columns(batch: BatchRecord) -> dict[str, Any]:
