@@ -134,6 +134,9 @@ def test_a_node_killed_mid_run_loses_and_doubles_nothing(
     a.start()
     b.start()
     try:
+        # both running (a node started while its database is away exits, for systemd's
+        # Restart= to start it again) before anything is killed or restarted
+        assert wait_for(lambda: {"node-a", "node-b"} <= set(_nodes(b))), b.log.read_text()
         started = time.monotonic()
         for first in range(16, DROPS, 4):  # the rest while both run
             time.sleep(0.5)
