@@ -145,10 +145,8 @@ def test_sftp_reads_its_clients_and_batches_from_the_database(
     keys.close()
 
 
-def test_a_nul_byte_is_never_a_database_error(store: PostgresStore) -> None:
-    """PostgreSQL holds no NUL in text or jsonb: a name holding one (hostile input) is
-    unknown, and a NUL in what is kept (a lane's comment) is kept as U+FFFD, not refused;
-    text that only looks like the escape stays as it is."""
+def _one_task_batch(store: PostgresStore) -> BatchRecord:
+    """A batch recorded with its one task `t1` and its hold."""
     batch = _batch()
     spec = TaskSpec(task_id="t1", title="one")
     task = TaskRecord(
@@ -156,6 +154,14 @@ def test_a_nul_byte_is_never_a_database_error(store: PostgresStore) -> None:
     )
     with store.transaction() as tx:
         tx.record_batch(batch, [task], ledger_entry("hold", 0, 1, batch.batch_id))
+    return batch
+
+
+def test_a_nul_byte_is_never_a_database_error(store: PostgresStore) -> None:
+    """PostgreSQL holds no NUL in text or jsonb: a name holding one (hostile input) is
+    unknown, and a NUL in what is kept (a lane's comment) is kept as U+FFFD, not refused;
+    text that only looks like the escape stays as it is."""
+    batch = _one_task_batch(store)
     said = "ok\x00done \\u0000 \\\x00"
     store.update_tasks(batch.batch_id, {"t1": {"result": TaskResult(summary=said)}})
     kept = store.get_tasks(batch.batch_id)[0].result
@@ -206,13 +212,7 @@ def test_a_lane_result_orjson_refuses_is_kept_with_its_long_integer_exact(
 ) -> None:
     """A lane's ```json block may hold an integer past 64 bits or a lone surrogate: the
     integer is kept digit for digit, the surrogate (which jsonb cannot hold) as U+FFFD."""
-    batch = _batch()
-    spec = TaskSpec(task_id="t1", title="one")
-    task = TaskRecord(
-        task_id="t1", batch_id=batch.batch_id, repo="a/b", payload=spec, created_at=utcnow()
-    )
-    with store.transaction() as tx:
-        tx.record_batch(batch, [task], ledger_entry("hold", 0, 1, batch.batch_id))
+    batch = _one_task_batch(store)
     details = {"n": 123456789012345678901234567890, "s": "a\ud800b", "pair": "\U0001f600"}
     store.update_tasks(
         batch.batch_id, {"t1": {"result": TaskResult(summary="\ud800", details=details)}}
