@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import threading
@@ -70,14 +71,44 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("engine", ENGINES, indirect=True)
 
 
+_database_url: list[str] = []
+"""The PostgreSQL URL of the running test's store (`engine`), if any: `database_env`."""
+
+
+def database_env() -> dict[str, str]:
+    """SAAS_EVAL_DATABASE_URL of the running test's store when it is PostgreSQL, else
+    nothing: what a CLI (in-process or a child process) needs besides the home folder to
+    find that store."""
+    return {"SAAS_EVAL_DATABASE_URL": _database_url[0]} if _database_url else {}
+
+
 @pytest.fixture
-def engine(request: pytest.FixtureRequest) -> str | None:
+def engine(request: pytest.FixtureRequest) -> Iterator[str | None]:
     """The store the test's settings name: None (TinyDB, unless the module is marked
-    `both_engines` or DROPBOX_EVAL_TEST_ENGINE says postgres) or a PostgreSQL URL."""
-    if getattr(request, "param", DEFAULT_ENGINE) == "tinydb":
-        return None
+    `both_engines` or DROPBOX_EVAL_TEST_ENGINE says postgres) or a PostgreSQL URL. A test
+    marked `tinydb_files` is about the TinyDB engine's own files: always TinyDB."""
+    chosen = getattr(request, "param", DEFAULT_ENGINE)
+    if chosen == "tinydb" or request.node.get_closest_marker("tinydb_files"):
+        yield None
+        return
     cluster: Cluster = request.getfixturevalue("pg_cluster")
-    return cluster.fresh_url()
+    url = cluster.fresh_url()
+    _database_url[:] = [url]
+    try:
+        yield url
+    finally:
+        _database_url.clear()
+        _close_pools()
+
+
+def _close_pools() -> None:
+    """Close every connection pool the test left open (the stores its app, service and
+    commands built): the session's cluster would run out of connections otherwise."""
+    from psycopg_pool import ConnectionPool
+
+    for pool in [obj for obj in gc.get_objects() if isinstance(obj, ConnectionPool)]:
+        if not pool.closed:
+            pool.close()
 
 
 @pytest.fixture
@@ -230,7 +261,9 @@ class Cli:
         self.base = ["--home", str(home), "--gitea-url", forge.url, "--owner", forge.user]
 
     def __call__(self, *args: str, base: bool = True, env: dict[str, str] | None = None) -> Result:
-        return self.runner.invoke(main, [*(self.base if base else []), *args], env=env)
+        return self.runner.invoke(
+            main, [*(self.base if base else []), *args], env={**database_env(), **(env or {})}
+        )
 
     def submit(self, count: int, client: str = "acme") -> str:
         """Submit a batch of `count` tasks for `client`; its batch id."""

@@ -107,9 +107,11 @@ def test_a_reserved_client_id_is_refused(
     assert claim.status_code == 422 and claim.json()["reason"] == "reserved_client_id"
     assert "'Accepted' is reserved" in claim.json()["message"]
     # a client stored before its id was reserved, with a key issued back then
-    app.store.add_client(Client(client_id="rejected", created_at=utcnow()))
+    with app.store.transaction() as tx:
+        tx.add_client(Client(client_id="rejected", created_at=utcnow()))
     app.billing.fund("rejected", 10)
-    app.store.update_client("rejected", api_key_hashes=[hash_api_key("dek_rejected_old")])
+    with app.store.transaction() as tx:
+        tx.update_client("rejected", api_key_hashes=[hash_api_key("dek_rejected_old")])
     legacy = _call(api, "dek_rejected_old", "POST", "", json={"tasks": tasks(1)})
     assert legacy.status_code == 422 and legacy.json()["reason"] == "reserved_client_id"
     assert forge.requests == [] and app.store.count_batches() == {}

@@ -113,6 +113,7 @@ def modes(root: Path) -> dict[str, list[str]]:
     return loose
 
 
+@pytest.mark.tinydb_files
 def test_every_state_file_is_0600_and_every_folder_0700_and_a_start_repairs_them(
     app: App, funded: str, caplog: pytest.LogCaptureFixture
 ) -> None:

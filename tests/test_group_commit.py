@@ -18,6 +18,8 @@ from dropbox_eval.errors import BatchRejected
 from dropbox_eval.models import BatchFile
 from dropbox_eval.store.engine import TinyDBStore
 
+pytestmark = pytest.mark.tinydb_files  # the TinyDB engine's group commit of its index
+
 
 def _drop(app: App, ref: str, count: int = 1, name: str = "") -> Callable[[], dict[str, Any]]:
     batch = BatchFile.model_validate({"batch_ref": ref, "tasks": tasks(count, ref)})

@@ -159,6 +159,7 @@ def test_a_kill_between_receipt_and_move_files_the_drop_once_not_as_duplicate(
     assert again.document["duplicate"] is True
 
 
+@pytest.mark.tinydb_files
 def test_no_temp_file_or_lease_is_left_behind(
     app: App, settings: Settings, forge: SandboxForge, funded: str
 ) -> None:

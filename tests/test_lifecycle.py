@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import Receiver, read_json, tasks
+from conftest import Receiver, database_env, read_json, tasks
 from standardwebhooks import Webhook
 
 from dropbox_eval.app import App, build_app, service_for
@@ -65,7 +65,7 @@ def test_cancel_closes_open_issues_keeps_results_and_emits(
 ) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(3))["batch_id"]
     _finish(app, forge, batch_id, ["t1"])
-    runner = CliRunner(env={"SAAS_EVAL_GITEA_TOKEN": forge.token})
+    runner = CliRunner(env={"SAAS_EVAL_GITEA_TOKEN": forge.token, **database_env()})
     base = [
         "--home",
         str(app.settings.home),
@@ -280,7 +280,7 @@ def test_cancel_without_the_forge_is_stored_and_finished_by_the_service(
 ) -> None:
     batch_id = app.intake.submit_batch(funded, tasks(1))["batch_id"]
     runner = CliRunner()
-    env = {"SAAS_EVAL_HOME": str(settings.home), "SAAS_EVAL_GITEA_URL": ""}
+    env = {"SAAS_EVAL_HOME": str(settings.home), "SAAS_EVAL_GITEA_URL": "", **database_env()}
     answer = runner.invoke(main, ["cancel", batch_id], env=env, catch_exceptions=False)
     assert answer.exit_code == 0, answer.output
     assert "cancel stored" in answer.output

@@ -31,6 +31,8 @@ from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.store.pg.engine import PostgresStore
 
+pytestmark = pytest.mark.tinydb_files  # the source is a TinyDB folder (the target: its own schema)
+
 TABLES = ("clients", "batches", "tasks", "ledger", "audit_log")
 
 

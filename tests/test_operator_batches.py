@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from conftest import OPERATOR_KEY, tasks
+from conftest import OPERATOR_KEY, database_env, tasks
 from fastapi import FastAPI
 from helpers import finish_issues
 
@@ -199,7 +199,7 @@ def test_the_clients_table_shows_available_credits_as_the_cli_does(
 ) -> None:
     url, session, _ = signed
     app.intake.submit_batch(funded, tasks(3))  # holds 3 credits
-    env = {"SAAS_EVAL_HOME": str(app.settings.home), "PATH": "/usr/bin:/bin"}
+    env = {"SAAS_EVAL_HOME": str(app.settings.home), "PATH": "/usr/bin:/bin", **database_env()}
     listed = subprocess.run(
         [sys.executable, "-m", "dropbox_eval", "clients", "list", "--json"],
         env=env,

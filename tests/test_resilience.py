@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PATIENCE, read_json, serving, start_receiver, tasks, wait_for
+from conftest import PATIENCE, database_env, read_json, serving, start_receiver, tasks, wait_for
 from helpers import closed_port, drop, finish_issues
 
 from dropbox_eval.app import App, build_app, service_for
@@ -42,6 +42,7 @@ def _service_env(tmp_path: Path, forge: SandboxForge) -> dict[str, str]:
         SAAS_EVAL_POLL_INTERVAL="0.3",
         SAAS_EVAL_QUIET_PERIOD="0.1",
     )
+    env.update(database_env())
     return env
 
 
@@ -176,6 +177,7 @@ def test_funding_from_another_process_while_service_charges(
     home = str(app.settings.home)
     proc = subprocess.Popen(
         [sys.executable, "-c", FUND_100, home],
+        env={**os.environ, **database_env()},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

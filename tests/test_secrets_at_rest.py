@@ -93,6 +93,7 @@ def test_an_old_state_folder_is_made_private_at_start_and_logged_once(
     assert second.exit_code == 0 and "made private" not in second.stderr
 
 
+@pytest.mark.tinydb_files
 def test_the_fix_only_takes_permissions_away(
     app: App, funded: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import tasks
 from helpers import finish_issues
 
@@ -14,6 +15,8 @@ from dropbox_eval.app import App
 from dropbox_eval.models import TaskStatus
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.store.engine import TinyDBStore
+
+pytestmark = pytest.mark.tinydb_files  # the TinyDB engine's files: what a change writes and fsyncs
 
 
 def _finish_all(app: App, forge: SandboxForge, batch_id: str) -> None:

@@ -36,7 +36,8 @@ def public_key() -> str:
 
 def legacy_client(app: App, client_id: str, credits: int = 50) -> None:
     """A client stored by a version that did not reserve its id (billing refuses it now)."""
-    app.store.add_client(Client(client_id=client_id, created_at=utcnow()))
+    with app.store.transaction() as tx:
+        tx.add_client(Client(client_id=client_id, created_at=utcnow()))
     app.billing.fund(client_id, credits)
 
 
