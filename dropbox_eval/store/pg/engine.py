@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
 from ...models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
 from ..audit import AuditEntry
 from ..contract import TaskChanges
@@ -26,15 +25,14 @@ from ..totals import Snapshot
 from . import listing, reads, writes
 from .claims import Claims
 from .connection import LOCK_SPACE, STORE_LOCK, Connection, committing, database_errors, open_pool
-from .flags import PgFlags
 from .migrate import check_schema, migrate
-from .nodes import PgNode
 from .rerun import rerunning
+from .sharing import Sharing
 from .transaction import PgTransaction
 
 
 @rerunning  # a read or a whole transaction of its own, cut by a lost connection: again
-class PostgresStore:
+class PostgresStore(Sharing):
     """The store contract on the database at `url`; other parts keep their own files in
     `state_dir` (this node's). Safe across threads, processes and nodes."""
 
@@ -62,14 +60,6 @@ class PostgresStore:
         """Close the pool's connections."""
         self._pool.close()
         self._tx_pool.close()
-
-    def node(self, node_id: str, lease_seconds: float) -> PgNode:
-        """This process as a node whose leases and heartbeat live in the database."""
-        return PgNode(self._pool, self.url, node_id, lease_seconds, __version__)
-
-    def flags(self) -> PgFlags:
-        """Flags as rows: a pause on one node is every node's."""
-        return PgFlags(self._pool, self.url)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Connection]:
