@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psycopg
 
+from dropbox_eval.store.pg.engine import PostgresStore
 from dropbox_eval.store.pg.migrate import migrate
 
 DATABASE = "dbe"
@@ -163,3 +164,20 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+@contextlib.contextmanager
+def funded_store(url: str, state_dir: Path) -> Iterator[PostgresStore]:
+    """A store on `url` with client `acme` funded with 10 credits; closed after."""
+    from helpers import ledger_entry
+
+    from dropbox_eval.models import Client, utcnow
+
+    made = PostgresStore(url, state_dir)
+    with made.transaction() as tx:
+        tx.add_client(Client(client_id="acme", created_at=utcnow()))
+        tx.post_ledger(ledger_entry("fund", 10))
+    try:
+        yield made
+    finally:
+        made.close()

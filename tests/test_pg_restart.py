@@ -20,11 +20,11 @@ import psycopg
 import pytest
 from conftest import PATIENCE, Cli, serving, settings_on, tasks, wait_for
 from helpers import drop, ledger_entry
-from pgcluster import Cluster, running
+from pgcluster import Cluster, funded_store, running
 
 from dropbox_eval.app import build_app
 from dropbox_eval.errors import StoreError
-from dropbox_eval.models import BatchRecord, BatchStatus, Client, LedgerEntry, utcnow
+from dropbox_eval.models import BatchRecord, BatchStatus, LedgerEntry, utcnow
 from dropbox_eval.sandbox import SandboxForge, SimulatedLane
 from dropbox_eval.store.pg.claims import ClaimLost
 from dropbox_eval.store.pg.connection import (
@@ -52,12 +52,8 @@ def url(cluster: Cluster) -> str:
 
 @pytest.fixture
 def store(url: str, tmp_path: Path) -> Iterator[PostgresStore]:
-    made = PostgresStore(url, tmp_path / "state")
-    with made.transaction() as tx:
-        tx.add_client(Client(client_id="acme", created_at=utcnow()))
-        tx.post_ledger(ledger_entry("fund", 10))
-    yield made
-    made.close()
+    with funded_store(url, tmp_path / "state") as made:
+        yield made
 
 
 def _batch(n: int = 0) -> BatchRecord:

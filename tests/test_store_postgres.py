@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 from conftest import wait_for
 from helpers import closed_port, ledger_entry
-from pgcluster import Cluster
+from pgcluster import Cluster, funded_store
 
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings
 from dropbox_eval.errors import NoState, NotFoundError, StoreError
-from dropbox_eval.models import BatchRecord, Client, TaskRecord, TaskResult, TaskSpec, utcnow
+from dropbox_eval.models import BatchRecord, TaskRecord, TaskResult, TaskSpec, utcnow
 from dropbox_eval.sftp.keys import KeyStore
 from dropbox_eval.sftp.reports import Owners
 from dropbox_eval.store.engine import TinyDBStore
@@ -37,12 +37,8 @@ def url(pg_cluster: Cluster) -> str:
 
 @pytest.fixture
 def store(url: str, tmp_path: Path) -> Iterator[PostgresStore]:
-    made = PostgresStore(url, tmp_path / "state")
-    with made.transaction() as tx:
-        tx.add_client(Client(client_id="acme", created_at=utcnow()))
-        tx.post_ledger(ledger_entry("fund", 10))
-    yield made
-    made.close()
+    with funded_store(url, tmp_path / "state") as made:
+        yield made
 
 
 def _batch() -> BatchRecord:
