@@ -7,6 +7,7 @@ import socket
 import struct
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import requests
@@ -147,3 +148,17 @@ def test_connection_reset_is_retryable() -> None:
             client.version()
     finally:
         listener.close()
+
+
+def test_the_environment_is_read_once_and_a_netrc_never_replaces_the_token(
+    forge: SandboxForge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password wrong\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # refused, were it used
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    client = GiteaClient(forge.url, forge.token)
+    monkeypatch.delenv("NO_PROXY")  # read when the client was made, not at each call
+    assert client.ensure_repo(f"{forge.user}/environment").endswith("/environment")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import PATIENCE
 
-from dropbox_eval.util.locks import SharedLock, Timeout
+from dropbox_eval.util.locks import FileClaim, SharedLock, Timeout
 
 HOLD_SCRIPT = """
 import sys
@@ -94,3 +94,38 @@ def test_another_process_holding_the_file_makes_a_bounded_wait_time_out(
         proc.wait(timeout=PATIENCE)
     with SharedLock(path, timeout=PATIENCE):  # free again once the other process let go
         pass
+
+
+def test_a_lock_file_replaced_between_holds_is_opened_again(tmp_path: Path) -> None:
+    """The descriptor kept open must not lock a removed file while another process locks
+    the new one under the same name."""
+    path = tmp_path / "x.lock"
+    lock = SharedLock(path, timeout=0.2)
+    with lock:
+        pass
+    path.unlink()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_SCRIPT, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with pytest.raises(Timeout), lock:
+            pass
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=PATIENCE)
+    with lock:
+        assert path.exists()
+
+
+def test_a_file_claim_excludes_another_until_released(tmp_path: Path) -> None:
+    first, second = FileClaim(tmp_path / "b.lock"), FileClaim(tmp_path / "b.lock")
+    assert first.take()
+    assert not second.take(wait=0.05)
+    first.release()
+    assert second.take()
+    second.release()

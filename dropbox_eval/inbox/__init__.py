@@ -99,6 +99,7 @@ class Inbox:
         this node among those sharing the store, whose `drop` lease a file is read under
         (another node may see the same file on a shared folder); None: the only one."""
         self.root = root.resolve()
+        self._root_prefix = f"{self.root}/" if str(self.root) != "/" else "/"
         self.stale_uploads = StaleUploads(self.root, stale_after)
         self.store = store
         self.intake = intake
@@ -120,8 +121,14 @@ class Inbox:
 
     def client_folder(self, path: Path) -> str | None:
         """The client id fixed by a per-client folder, if the file sits in one."""
-        parts = path.relative_to(self.root).parts
-        return parts[0] if len(parts) == 2 else None
+        # On the string: it runs for each tracked file at every look (path.relative_to
+        # cost 3 ms a drop with 300 waiting); `path` is absolute and normalised, as the
+        # watcher and the scan give it.
+        top, separator, below = str(path).partition(self._root_prefix)
+        if top or not separator:
+            raise ValueError(f"{path} is not below the inbox {self.root}")
+        folder, _, name = below.partition("/")
+        return folder if name and "/" not in name else None
 
     def process(self, path: Path) -> Outcome:
         """Accept or reject one ready file; never raises for bad input.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import threading
 import time
 import zlib
@@ -12,11 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
 from tinydb import TinyDB
 
 from ..errors import NoState, StoreError, storage_error, storage_errors
-from ..util.locks import SharedLock
+from ..util.locks import FileClaim, SharedLock
 from .archive import Archive
 from .files import AtomicJSONStorage, ParsedFile, unlink_quietly
 from .history import History
@@ -100,22 +98,14 @@ class StoreBase:
     def restore_fresh(self) -> None:
         """Write back what a power loss took of fresh batches (groupcommit.py)."""
 
-    def _new_lease(self, batch_id: str) -> None:
-        """Create a new batch's lease file, so that taking the lease only opens it (filelock
-        creates a lock file after probing its folder with a temporary file)."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        with storage_errors(self.leases_dir / f"{batch_id}.lock"):
-            os.close(os.open(self.leases_dir / f"{batch_id}.lock", flags, 0o666))
-
     @contextlib.contextmanager
     def claim_issues(self, batch_id: str, wait: float = 0.0) -> Iterator[bool]:
         """Exclusive right to create or close a batch's issues, across processes; yields
         False when another holder kept it for `wait` seconds."""
-        lease = FileLock(str(self.leases_dir / f"{batch_id}.lock"), mode=0o600)
-        try:
-            with storage_errors(lease.lock_file):
-                lease.acquire(timeout=wait)
-        except Timeout:
+        lease = FileClaim(self.leases_dir / f"{batch_id}.lock")
+        with storage_errors(lease.path):
+            taken = lease.take(wait)
+        if not taken:
             yield False
             return
         try:
@@ -283,13 +273,16 @@ BIG_TABLES = ("ledger", "batches", "fresh")
 def index_copy(data: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """A copy of the index that a change may edit: the parsed index is shared by readers.
     The big tables are copied one level deep (a change adds, removes or replaces their rows,
-    never edits one in place); the small ones whole."""
-    copied = copy.deepcopy({k: v for k, v in data.items() if k not in BIG_TABLES})
+    never edits one in place); a client's row is copied by itself, as its changes set its
+    fields (deep copies of every client's row were a tenth of a drop's store CPU); the small
+    tables whole."""
+    small = {k: v for k, v in data.items() if k not in BIG_TABLES and k != "clients"}
+    copied = copy.deepcopy(small)
+    copied["clients"] = {key: dict(row) for key, row in data.get("clients", {}).items()}
     for name in BIG_TABLES:
         if name in data or name != "fresh":
             copied[name] = dict(data.get(name, {}))
-    for name in ("clients", "counts"):
-        copied.setdefault(name, {})
+    copied.setdefault("counts", {})
     return copied
 
 

@@ -121,7 +121,6 @@ class TinyDBStore(
                 self.index_new(data, batch, hold)
             committed = True
 
-        self._new_lease(batch.batch_id)
         with self.claim_issues(batch.batch_id, wait=wait) as leased:
             if not leased:
                 raise StoreError(f"batch {batch.batch_id} is busy elsewhere; try again")
