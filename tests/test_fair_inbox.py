@@ -21,7 +21,7 @@ from dropbox_eval.app import App
 from dropbox_eval.inbox import ReadinessTracker
 from dropbox_eval.protocol.rejections import RejectionLog
 from dropbox_eval.util.roundrobin import RoundRobin
-from dropbox_eval.workers.guard import POOL_SIZE
+from dropbox_eval.workers.inbox import INBOX_WORKERS
 
 T = TypeVar("T")
 FLOOD = 80
@@ -108,8 +108,8 @@ def test_one_clients_flood_does_not_delay_another_clients_drop(
     order = filed(caplog)
     assert sorted(order) == sorted([*(path.name for path in flood), single.name])
     # FIFO would file it last (alpha's folder sorts first); by turns it is among the first
-    # POOL_SIZE + 2 (the workers' first hand-out and one turn per client)
-    assert order.index(single.name) < POOL_SIZE + 2, order[: POOL_SIZE + 2]
+    # INBOX_WORKERS + 2 (the workers' first hand-out and one turn per client)
+    assert order.index(single.name) < INBOX_WORKERS + 2, order[: INBOX_WORKERS + 2]
     assert json.loads(receipt_of(single).read_text())["client_id"] == "beta"
 
 

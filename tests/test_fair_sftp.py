@@ -21,7 +21,7 @@ from test_fair_inbox import filed
 from dropbox_eval.app import build_app, service_for
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.service import Service
-from dropbox_eval.workers.guard import POOL_SIZE
+from dropbox_eval.workers.inbox import INBOX_WORKERS
 
 BURST = 24
 
@@ -89,5 +89,5 @@ def test_sftp_uploads_are_served_client_by_client(
     assert wait_for(lambda: receipt_of(single).exists())
     assert wait_for(lambda: len(filed(caplog)) == BURST + 1)
     order = filed(caplog)
-    assert order.index("b.json") < POOL_SIZE + 2, order[: POOL_SIZE + 2]
+    assert order.index("b.json") < INBOX_WORKERS + 2, order[: INBOX_WORKERS + 2]
     assert json.loads(receipt_of(single).read_text())["client_id"] == "bravo"
