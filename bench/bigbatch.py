@@ -16,8 +16,13 @@ Figures: (VmHWM - idle RSS) per 1,000 tasks, target <= 3 MB; last close -> repor
 <= the settle window (SAAS_EVAL_SETTLE_SECONDS, default 10 s) + 1 s. The baseline in the
 same run is the idle service itself (and the settle window, which the report must wait).
 
+5. the forge's limit: a raw `requests` loop (`--raw-threads`) reads every issue's timeline
+   once, as the result of each needs (Gitea serves it per issue only): its rate bounds the
+   product's, and the last close -> report can be no less than the settle window plus
+   the time those reads take past the lane's last close.
+
     python bench/bigbatch.py [--tasks 50000] [--format json|jsonl] [--settle 10]
-                             [--profile stacks.txt] [--json]
+                             [--raw-threads 16] [--profile stacks.txt] [--json]
 """
 
 from __future__ import annotations
@@ -30,12 +35,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import requests
 from _common import BenchResult, command_line, emit, make_tasks, parser
 from _service import FUNDS, wait_until
 
@@ -96,6 +104,25 @@ def profiling(pid: int, path: str | None) -> Iterator[None]:
     finally:
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
+
+
+def raw_timelines(forge: SandboxForge, repo: str, count: int, threads: int) -> float:
+    """Timelines/s of a requests loop reading issues 1..count of `repo` once each."""
+    local = threading.local()
+    headers = {"Authorization": f"token {forge.token}", "Accept": "application/json"}
+
+    def read(number: int) -> None:
+        session: requests.Session | None = getattr(local, "session", None)
+        if session is None:
+            session = local.session = requests.Session()
+            session.headers.update(headers)
+        url = f"{forge.url}/api/v1/repos/{repo}/issues/{number}/timeline"
+        session.get(url, params={"page": 1, "limit": 50}, timeout=60).raise_for_status()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(read, range(1, count + 1)))
+    return count / (time.perf_counter() - started)
 
 
 def last_result(log: Any) -> float:
@@ -179,6 +206,9 @@ def run(args: Any) -> dict[str, float]:
             out["peak_kib"], out["rss_kib"] = memory_kib(child.pid)
             out["report_bytes"] = report.stat().st_size
             out["report_after_last_result_s"] = report.stat().st_mtime - last_result(log)
+            out["raw_timelines_per_s"] = raw_timelines(
+                forge, f"{owner}/{repo}", args.tasks, args.raw_threads
+            )
         finally:
             child.terminate()
             child.wait(timeout=120)
@@ -193,6 +223,7 @@ def main() -> None:
     args_parser.add_argument(
         "--pace", type=float, default=0.0, help="the lane's closes per second (0: at once)"
     )
+    args_parser.add_argument("--raw-threads", type=int, default=16)
     args_parser.add_argument(
         "--profile",
         help="py-spy's collapsed stacks of the service from the last close to "
@@ -221,6 +252,16 @@ def main() -> None:
         f"<= {target:g} s",
         out["report_after_last_close_s"] <= target,
         note=f"settle window {args.settle:g} s (the baseline: a result is final only then)",
+    )
+    raw = out["raw_timelines_per_s"]
+    floor = args.settle + max(0.0, args.tasks / raw - out["close_s"])
+    result.add(
+        "the forge's limit: last close -> report, from a raw loop's timeline reads",
+        floor,
+        "s",
+        note=f"settle {args.settle:g} s + {args.tasks} timelines at {raw:.0f}/s "
+        f"({args.raw_threads} threads) past the lane's {out['close_s']:.1f} s of closes; "
+        f"the product / this limit: {out['report_after_last_close_s'] / floor:.2f}",
     )
     result.add(
         "last result recorded -> report in the outbox",

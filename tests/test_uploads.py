@@ -33,7 +33,12 @@ from typing import Any
 
 import pytest
 from conftest import PATIENCE, read_json, tasks, wait_for
-from watchdog.events import FileCreatedEvent, FileModifiedEvent, FileMovedEvent
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+)
 
 from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.config import Settings, load_settings
@@ -842,6 +847,31 @@ def test_which_moves_count_as_a_rename_into_place(tmp_path: Path) -> None:
         handler.dispatch(event)
     assert renamed == []
     assert Path(final) in offered and len(offered) >= len(ordinary)
+
+
+def test_the_services_own_filing_wakes_nobody(tmp_path: Path) -> None:
+    """Receipts, error files and moved drops in `accepted/` or `rejected/` (any case) are
+    not offered and do not wake the inbox worker; a move out of them still counts."""
+    root = tmp_path
+    renamed: list[Path] = []
+    offered: list[Path] = []
+    wake = threading.Event()
+    handler = _Handler(root, offered.append, wake, renamed.append)
+    accepted, rejected = root / "acme" / "accepted", root / "Rejected"
+    filing = [
+        FileCreatedEvent(str(accepted / ".x.json.receipt.json.tmp")),
+        FileMovedEvent(
+            str(accepted / ".x.json.receipt.json.tmp"), str(accepted / "x.json.receipt.json")
+        ),
+        FileCreatedEvent(str(accepted / "x.json")),  # the drop linked in
+        FileClosedEvent(str(rejected / "y.json.error.json")),
+        FileModifiedEvent(str(accepted / "x.json.receipt.json")),
+    ]
+    for event in filing:
+        handler.dispatch(event)
+    assert offered == [] and renamed == [] and not wake.is_set()
+    handler.dispatch(FileMovedEvent(str(accepted / "x.json"), str(root / "acme" / "x.json")))
+    assert renamed == [root / "acme" / "x.json"] and wake.is_set()
 
 
 # -- a file made unreadable: the real CLI in a process that truly cannot read it ------------

@@ -51,7 +51,7 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
 from ..protocol.namefilter import NAMES
-from .scan import candidates, is_candidate_name
+from .scan import OUTCOME_DIRS, candidates, is_candidate_name
 
 log = logging.getLogger("dropbox_eval")
 
@@ -73,6 +73,7 @@ class _Handler(FileSystemEventHandler):
         on_renamed: Callable[[Path], None] | None = None,
     ) -> None:
         self.root = root
+        self._prefix = f"{os.fsdecode(root)}/"
         self.on_path = on_path
         self.wake = wake
         self.on_renamed = on_renamed
@@ -82,6 +83,8 @@ class _Handler(FileSystemEventHandler):
             return
         src = os.fsdecode(event.src_path)
         dest = os.fsdecode(getattr(event, "dest_path", ""))
+        if self._filed_away(src) and (not dest or self._filed_away(dest)):
+            return  # the service's own filing: receipts, error files, moved drops
         if self.on_renamed is not None and self._renamed_into_place(event, src, dest):
             self.on_renamed(Path(dest))
         else:
@@ -89,6 +92,13 @@ class _Handler(FileSystemEventHandler):
                 if raw:
                     self.on_path(Path(raw))
         self.wake.set()
+
+    def _filed_away(self, raw: str) -> bool:
+        """Whether an event's path lies in an `accepted/` or `rejected/` folder: never a
+        candidate, and each filing makes about five such events (on the string: this runs
+        for every event)."""
+        folders = raw[len(self._prefix) :].split("/")[:-1] if raw.startswith(self._prefix) else []
+        return any(folder.casefold() in OUTCOME_DIRS for folder in folders)
 
     def _renamed_into_place(self, event: FileSystemEvent, src: str, dest: str) -> bool:
         """A real rename within the inbox from a non-candidate name to a candidate name."""
