@@ -9,6 +9,11 @@ still looks for each file's receipt, as it does beside a service). Small files a
 batch files (about 200 bytes); each round uploads them to new names with one `put` each;
 the figure is the median over rounds of the seconds per file.
 
+The disk's limit is measured in the same rounds: a raw loop doing what a durable close
+needs and nothing else (create, write, fdatasync, rename, fsync the folder: two flushes a
+file, answered one after the other as one session's closes are). OpenSSH's time plus that
+floor is the best a server making each close durable could do over the same transport.
+
 Used by bench/sftp.py.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -32,6 +38,7 @@ from dropbox_eval.util.names import OUTCOME_DIRS
 TARGET_SMALL = 1.5  # built-in / OpenSSH, seconds per small file
 TARGET_LARGE = 1.0  # built-in / OpenSSH, one large file
 CLIENT = "bench"
+FLOOR = "durable floor"
 PARALLEL = 4  # sessions of one client at once (SAAS_EVAL_SFTP_MAX_SESSIONS' default)
 VARIANTS = {  # name: (server, how)
     "builtin": ("builtin", "one session"),
@@ -58,7 +65,7 @@ def upload_figures(result: BenchResult, files: int, big_mb: int, rounds: int) ->
             (folder / outcome).mkdir(parents=True, exist_ok=True)
         openssh_folder = work / "openssh-inbox"
         openssh_folder.mkdir()
-        seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        seconds: dict[str, list[float]] = {name: [] for name in [*VARIANTS, FLOOR]}
         cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
         with (
             builtin_endpoint(home, {CLIENT: key}) as builtin,
@@ -77,6 +84,7 @@ def upload_figures(result: BenchResult, files: int, big_mb: int, rounds: int) ->
                     )
                     time.sleep(0.3)  # sshd reaps the sessions (their CPU joins the master's)
                     cpu[name].append((server.cpu_seconds() - cpu_before) / files)
+                seconds[FLOOR].append(_durable_floor(work / f"floor{number}", source, files))
     _add(result, seconds, cpu, files, big_mb, rounds)
 
 
@@ -97,6 +105,27 @@ def _timed(how: str, argv: list[str], source: Path, where: str, files: int, tag:
     finally:
         for session in opened:
             session.__exit__(None, None, None)
+
+
+def _durable_floor(folder: Path, source: Path, files: int) -> float:
+    """Seconds per file of the raw durable-close loop (module docstring) in `folder`."""
+    folder.mkdir()
+    root = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    contents = [(source / f"s{index}.json").read_bytes() for index in range(files)]
+    try:
+        started = time.perf_counter()
+        for index, data in enumerate(contents):
+            fd = os.open(f".f{index}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=root)
+            try:
+                os.write(fd, data)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            os.rename(f".f{index}.tmp", f"f{index}.json", src_dir_fd=root, dst_dir_fd=root)
+            os.fsync(root)
+        return (time.perf_counter() - started) / files
+    finally:
+        os.close(root)
 
 
 def _sources(source: Path, files: int, big_mb: int) -> Path:
@@ -150,6 +179,27 @@ def _add(
             note=f"{median[mine]:.2f} vs {median[theirs]:.2f} {unit}; median of {rounds} "
             "rounds' ratios",
         )
+    floor = _paired_ratio(seconds, FLOOR, "openssh")
+    result.add(
+        "disk floor / OpenSSH, per small file: two flushes alone",
+        floor,
+        "",
+        note=f"{median[FLOOR]:.2f} vs {median['openssh']:.2f} ms per file: the raw "
+        "create/write/fdatasync/rename/fsync-folder loop; a durable close cannot cost less "
+        f"than OpenSSH's time plus this, {1 + floor:.2f} times OpenSSH's",
+    )
+    beyond = [
+        mine / (theirs + flushes)
+        for mine, theirs, flushes in zip(
+            seconds["builtin"], seconds["openssh"], seconds[FLOOR], strict=True
+        )
+    ]
+    result.add(
+        f"built-in / (OpenSSH + disk floor), {files} small puts, one session",
+        statistics.median(beyond),
+        "",
+        note="the product against the best a durable close could do over the same transport",
+    )
     cpu_ms = {name: statistics.median(values) * 1000 for name, values in cpu.items()}
     result.add(
         "server CPU per small put: built-in / OpenSSH, one session",
@@ -164,6 +214,7 @@ def _add(
         "/usr/lib/openssh/sftp-server), one batch session per variant and round (or "
         f"{PARALLEL} at once); no service running; one-task batch files of ~200 bytes, each "
         "to a new name; the built-in endpoint makes each upload durable before its close is "
-        "answered (2 fsyncs, the folder's shared), OpenSSH's server fsyncs nothing unless "
+        "answered (the file's fdatasync, begun at its first write, then the folder's "
+        "fsync, shared), OpenSSH's server fsyncs nothing unless "
         "asked (put -f: the file only)"
     )

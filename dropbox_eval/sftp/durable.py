@@ -5,7 +5,10 @@ An upload is written to a hidden name (`.sftp-<random>.<name>.tmp`, never read b
 service and removed by the sweep at the endpoint's start), hashed as it is written. When
 the client closes it:
 
-1. fsync the hidden file: its bytes are on disk under the hidden name;
+1. fdatasync the hidden file: its bytes (and its size) are on disk under the hidden name.
+   For a small upload this begins at its first write (upload.py); the close waits for it
+   and syncs again if anything was written after it began, so step 1 still ends, covering
+   every write, before step 2 begins;
 2. rename it to its name (one atomic rename(2)): the service may read it from now on;
 3. fsync the client folder, once for every rename made into it before that fsync began;
 4. answer the close: OK.
@@ -29,6 +32,17 @@ change to its entries made before the call, so one fsync that begins after sever
 covers them all, and no close is answered before an fsync that began after its own rename
 has ended. A failed fsync fails every close it was to cover (each client uploads again, and
 any copy the service already read is refused as a duplicate).
+
+fdatasync suffices in 1: it makes durable the bytes and what reading them back needs (the
+size, the blocks), which is all the name promises; the times (`put -p`) are not promised.
+An early fdatasync that failed fails its upload at the close: after a failed fsync the
+kernel may mark the pages clean, so a later one could succeed without the bytes.
+
+No case allows answering before 3 ends: until then a power loss may undo the rename, and
+the hidden file it leaves is swept at the next start (keeping it instead would need a
+durable mark that it was complete: a write and a folder fsync of its own). So one session's
+uploads, answered one after the other, each wait for two disk flushes: the file's, then
+the folder's.
 """
 
 from __future__ import annotations

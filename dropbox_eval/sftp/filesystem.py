@@ -31,7 +31,6 @@ uploads (a write that would leave a hole) are refused.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 from collections.abc import AsyncIterator, Callable
@@ -233,7 +232,9 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
         """Write to an upload; past SAAS_EVAL_MAX_FILE_BYTES the upload fails and is removed."""
         if not isinstance(file_obj, upload.Upload):
             raise SFTPPermissionDenied("accepted/, rejected/ and reports/ are read-only")
-        return upload.write(self._root, file_obj, offset, data, self._max_bytes)
+        written = upload.write(self._root, file_obj, offset, data, self._max_bytes)
+        upload.sync_early(file_obj)
+        return written
 
     async def close(self, file_obj: object) -> None:
         """Finish a download; make a complete upload durable in place, then answer
@@ -271,8 +272,8 @@ class JailedSFTPServer(FixedShape, asyncssh.SFTPServer):
 
     async def fsync(self, file_obj: object) -> None:
         """Flush an upload (a close always does), off the event loop."""
-        if isinstance(file_obj, upload.Upload) and file_obj.fd >= 0:
-            await asyncio.to_thread(os.fsync, file_obj.fd)
+        if isinstance(file_obj, upload.Upload):
+            await upload.flush(file_obj)
 
     def fsetstat(self, file_obj: object, attrs: SFTPAttrs) -> None:
         """Times only (`put -p`, WinSCP); other attributes are ignored."""

@@ -28,6 +28,7 @@ from ..store.statefolder import open_sftp_keys, open_store
 from ..util.names import reserved_reason
 
 LAST_USE_STEP = timedelta(hours=1)  # as API keys (billing/apikeys.py)
+PARSED_LINES = 10_000  # parsed key lines remembered (a line is ~100 bytes)
 UNREADABLE = "the service cannot read your account now: try again later"
 log = logging.getLogger("dropbox_eval")
 
@@ -77,6 +78,7 @@ class KeyStore:
         self.database_url = database_url
         self.kept: SftpKeys = open_sftp_keys(state_dir, database_url)
         self._store: Store | None = None
+        self._parsed: dict[str, tuple[AuthorizedKey, ...]] = {}
 
     def __enter__(self) -> KeyStore:
         """The key store, closed as the block ends."""
@@ -87,13 +89,20 @@ class KeyStore:
         self.close()
 
     def keys(self, client_id: str) -> list[AuthorizedKey]:
-        """The client's keys (none if it has none)."""
+        """The client's keys (none if it has none), read again at each call; a line is
+        parsed once (each upload's start asks, and parsing costs more than reading)."""
         keys: list[AuthorizedKey] = []
         for line in self.kept.lines(client_id):
-            try:
-                keys.extend(parse_public_keys(line))
-            except ConfigError:
-                continue  # a hand-edited bad line never locks the other keys out
+            parsed = self._parsed.get(line)
+            if parsed is None:
+                try:
+                    parsed = tuple(parse_public_keys(line))
+                except ConfigError:
+                    parsed = ()  # a hand-edited bad line never locks the other keys out
+                if len(self._parsed) >= PARSED_LINES:
+                    self._parsed.clear()
+                self._parsed[line] = parsed
+            keys.extend(parsed)
         return keys
 
     def add(self, client_id: str, text: str) -> list[AuthorizedKey]:

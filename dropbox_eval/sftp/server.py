@@ -47,6 +47,16 @@ from .status import endpoint_lock, load_or_create_host_key, write_status
 
 log = logging.getLogger("dropbox_eval")
 GIL_SWITCH_SECONDS = 0.001
+# AES only: every SSH client has AES-CTR, and asyncssh's chacha20-poly1305 (which OpenSSH's
+# client would pick first) builds its ciphers again for every packet: about 15 % of the
+# endpoint's CPU per small upload (bench/sftp.py --only uploads).
+ENCRYPTION_ALGS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "aes128-ctr",
+    "aes192-ctr",
+    "aes256-ctr",
+)
 
 
 class Endpoint:
@@ -83,6 +93,7 @@ class Endpoint:
             host,
             port,
             server_host_keys=[self.host_key],
+            encryption_algs=ENCRYPTION_ALGS,
             sftp_factory=self._sftp_factory,
             allow_scp=False,
             session_factory=None,

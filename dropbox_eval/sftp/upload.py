@@ -1,7 +1,13 @@
 """One upload through the SFTP endpoint: written under a hidden name and hashed as it is
 written, made durable and renamed into place when the client closes it (durable.py says in
 which order, and what a crash leaves), removed when it cannot complete (size limit, storage
-quota, resume, a session that ended first)."""
+quota, resume, a session that ended first).
+
+A small upload is usually whole after its first write, so that write starts the file's
+fdatasync at once, in a worker thread (`sync_early`): it runs while the write's answer and
+the client's close cross the connection, instead of after the close. The close waits for it
+and syncs again only if anything was written after it began; a failed one fails the upload.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +37,9 @@ from .bounds import SessionBounds
 from .durable import FolderSync
 from .paths import UPLOAD_PREFIX, Target, stat_at, writable_name
 
+EARLY_SYNC_BYTES = 64 * 1024
+"""An upload no larger than this after its first write has its fdatasync begun at once."""
+
 FileReport = Callable[[str, int, str, str | None], None]
 """Called once per upload: (name, bytes, outcome, sha256 of a completed file)."""
 
@@ -47,6 +56,11 @@ class Upload:
     error: str | None = None
     sha256: Any = field(default_factory=hashlib.sha256)
     """Of the bytes written so far, while they come in order; None once a write went back."""
+    writes: int = 0
+    synced: int = -1
+    """`writes` as of the last fdatasync that has ended (the client's fsync request)."""
+    early: asyncio.Future[int] | None = None
+    """The early fdatasync (`sync_early`); its result is the `writes` it covers."""
 
 
 def start(root: int, target: Target, pflags: int, bounds: SessionBounds) -> Upload:
@@ -105,7 +119,39 @@ def write(root: int, upload: Upload, offset: int, data: bytes, max_bytes: int) -
     elif offset < upload.size:
         upload.sha256 = None  # a write over earlier bytes: hashed again at the close
     upload.size = max(upload.size, offset + written)
+    upload.writes += 1
     return written
+
+
+def sync_early(upload: Upload) -> None:
+    """Begin the fdatasync of a small upload after its first write (module docstring), on
+    a descriptor of its own, so that a discard may close the upload's meanwhile."""
+    if upload.early is not None or upload.fd < 0 or upload.size > EARLY_SYNC_BYTES:
+        return
+    loop = asyncio.get_running_loop()
+    upload.early = loop.run_in_executor(None, _sync_copy, os.dup(upload.fd), upload.writes)
+    upload.early.add_done_callback(_retrieved)  # a discarded upload's error is not news
+
+
+def _sync_copy(fd: int, covers: int) -> int:
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    return covers
+
+
+def _retrieved(done: asyncio.Future[int]) -> None:
+    if not done.cancelled():
+        done.exception()
+
+
+async def flush(upload: Upload) -> None:
+    """The client's fsync request: every write so far durable, off the event loop."""
+    if upload.fd >= 0:
+        covers = upload.writes
+        await asyncio.to_thread(os.fsync, upload.fd)
+        upload.synced = max(upload.synced, covers)
 
 
 async def close(
@@ -132,14 +178,18 @@ async def close(
 
 
 async def complete(root: int, upload: Upload, folder: FolderSync) -> str:
-    """Make the upload durable in place (durable.py: fsync, rename, the folder's shared
+    """Make the upload durable in place (durable.py: fdatasync, rename, the folder's shared
     fsync); the sha256 of what was written. The disk waits run off the event loop."""
     if upload.sha256 is not None:
         digest: str = upload.sha256.hexdigest()
     else:
         digest = await asyncio.to_thread(_hash_file, upload.fd)
     with crashpoints.operation("sftp-upload"):
-        await asyncio.to_thread(os.fsync, upload.fd)
+        covered = upload.synced
+        if upload.early is not None:
+            covered = max(covered, await upload.early)  # its failure fails the upload
+        if covered != upload.writes:  # not begun early, or written since
+            await asyncio.to_thread(os.fdatasync, upload.fd)
         crashpoints.wrote(f"fsync {upload.temp}")
         os.close(upload.fd)
         upload.fd = -1
