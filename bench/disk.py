@@ -16,14 +16,18 @@ limit and against a raw `requests` loop making the same forge calls, in one run.
    issue), against a fresh forge of the same kind; drops/s.
 
 Each for one repo per batch and a shared repo (SAAS_EVAL_REPO). Targets: product / raw
-loop >= 0.8 (per-batch) and >= 0.5 (shared); fsyncs per drop to the receipt <= 3.
+loop >= 0.8 (per-batch) and >= 0.5 (shared); fsyncs per drop to the receipt <= 3. With
+`--postgres` the service's store is a private, durable PostgreSQL cluster (bench/_pgserver.py,
+on the same disk) instead of the state folder: the fsyncs counted are then the service's
+own (its files), the database's are its server's.
 
     python bench/disk.py [--drops 500] [--clients 50] [--writers 4] [--raw-threads 8]
-                         [--quick] [--json]
+                         [--postgres] [--quick] [--json]
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -39,6 +43,7 @@ from typing import Any
 import requests
 from _common import BenchResult, command_line, emit, make_tasks, parser
 from _forge import ForgeProcess
+from _pgserver import durable_cluster, server_note
 from _service import created, rename_in, running, wait_until, write_part
 
 from dropbox_eval.forge.markers import issue_body
@@ -172,11 +177,14 @@ def receipts(folders: list[Path]) -> int:
     return total
 
 
-def product(drops: int, clients: int, shared: bool) -> Burst:
-    """`drops` one-task drops renamed at once into a running service's inbox."""
+def product(drops: int, clients: int, shared: bool, database: str | None = None) -> Burst:
+    """`drops` one-task drops renamed at once into a running service's inbox (its store
+    on `database` when given)."""
     names = [f"c{n:03d}" for n in range(clients)]
     with ForgeProcess() as forge:
         extra: dict[str, Any] = {"repo": f"{forge.user}/shared-disk"} if shared else {}
+        if database is not None:
+            extra["database_url"] = database
         with running(forge, names, **extra) as run:
             folders = [run.inbox(name) for name in names]
             parts = [
@@ -286,6 +294,9 @@ def main() -> None:
     args_parser.add_argument("--writers", type=int, default=4)
     args_parser.add_argument("--raw-threads", type=int, default=8)
     args_parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    args_parser.add_argument(
+        "--postgres", action="store_true", help="the store on a private durable PostgreSQL"
+    )
     args = args_parser.parse_args()
     if args.quick:
         args.drops, args.clients = 100, 10
@@ -298,10 +309,15 @@ def main() -> None:
         disk,
         "drops/s",
     )
-    for mode, shared in (("per-batch", False), ("shared", True)):
-        raw = raw_drops(args.drops, args.raw_threads, shared)
-        run = product(args.drops, args.clients, shared)
-        add_mode(result, mode, run, raw, disk)
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(durable_cluster()) if args.postgres else None
+        for mode, shared in (("per-batch", False), ("shared", True)):
+            raw = raw_drops(args.drops, args.raw_threads, shared)
+            database = cluster.fresh_url() if cluster is not None else None
+            run = product(args.drops, args.clients, shared, database)
+            add_mode(result, mode, run, raw, disk)
+        if cluster is not None:
+            result.info["store"] = server_note(cluster)
     result.info["setup"] = (
         f"{args.drops} one-task drops from {args.clients} clients; forge in its own process "
         f"without delay or capacity, a fresh one per run; raw loop {args.raw_threads} threads; "
