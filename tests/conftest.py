@@ -24,9 +24,12 @@ from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.cli import main
 from dropbox_eval.config import Settings, load_settings
 from dropbox_eval.delivery.webhook import WebhookEmitter
+from dropbox_eval.models import TaskRecord, TaskSpec, utcnow
 from dropbox_eval.sandbox import SandboxForge
 from dropbox_eval.schemas import NAMES, shipped
 from dropbox_eval.service import Service
+from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.rows import dump
 from dropbox_eval.util.webserver import BackgroundServer
 from dropbox_eval.web.server import create_web
 
@@ -169,6 +172,25 @@ def tasks(count: int, prefix: str = "t") -> list[dict[str, Any]]:
         }
         for i in range(1, count + 1)
     ]
+
+
+def stored_tasks(state: Path, batch_id: str, count: int) -> TinyDBStore:
+    """A TinyDB store in `state` holding `count` tasks of `batch_id` (its tasks file only,
+    as intake writes it)."""
+    store = TinyDBStore(state)
+    now = utcnow()
+    records = [
+        TaskRecord(
+            task_id=spec["task_id"],
+            batch_id=batch_id,
+            repo="o/r",
+            payload=TaskSpec.model_validate(spec),
+            created_at=now,
+        )
+        for spec in tasks(count)
+    ]
+    store.tasks.create(batch_id, [dump(t) for t in records])
+    return store
 
 
 @dataclass

@@ -9,13 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import tasks
+from conftest import stored_tasks
 
 from dropbox_eval.forge.markers import opened
-from dropbox_eval.models import TaskRecord, TaskSpec, TaskStatus, utcnow
+from dropbox_eval.models import TaskRecord, TaskStatus
 from dropbox_eval.store import files
 from dropbox_eval.store.engine import TinyDBStore
-from dropbox_eval.store.rows import dump
 
 BATCH = "b1"
 TASKS = 400
@@ -36,20 +35,7 @@ def base_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 
 def _new_batch(state: Path) -> TinyDBStore:
-    store = TinyDBStore(state)
-    now = utcnow()
-    records = [
-        TaskRecord(
-            task_id=spec["task_id"],
-            batch_id=BATCH,
-            repo="o/r",
-            payload=TaskSpec.model_validate(spec),
-            created_at=now,
-        )
-        for spec in tasks(TASKS)
-    ]
-    store.tasks.create(BATCH, [dump(t) for t in records])
-    return store
+    return stored_tasks(state, BATCH, TASKS)
 
 
 def _as_read_afresh(state: Path) -> list[TaskRecord]:

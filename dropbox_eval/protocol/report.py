@@ -9,6 +9,7 @@ same bytes. A finished batch's report is built once, line by line from its tasks
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 from collections.abc import Iterable
 from datetime import datetime
@@ -140,11 +141,13 @@ def report_document(batch: BatchRecord, tasks: Iterable[TaskRecord]) -> bytes:
     if not tasks:
         return raw
     before, _, after = raw.partition(_RESULTS_KEY)  # a key: its quotes are not escaped
-    chunks = [
-        _lines_of([task_line(task) for task in tasks[start : start + _CHUNK]])
-        for start in range(0, len(tasks), _CHUNK)
-    ]
-    return b"".join((before, b'\n  "results": [', b",".join(chunks), b"\n  ]", after))
+    out = io.BytesIO()  # its value is handed over, not copied: the report is held once
+    out.write(before + b'\n  "results": [')
+    for start in range(0, len(tasks), _CHUNK):
+        out.write(b"," if start else b"")
+        out.write(_lines_of([task_line(task) for task in tasks[start : start + _CHUNK]]))
+    out.write(b"\n  ]" + after)
+    return out.getvalue()
 
 
 def _lines_of(lines: list[dict[str, Any]]) -> bytes:

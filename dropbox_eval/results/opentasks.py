@@ -50,6 +50,17 @@ class OpenTasks:
             if task.status == TaskStatus.OPEN and task.issue_number is not None:
                 self._by_number[task.issue_number] = (batch, task)
 
+    def release(self, batch_id: str) -> list[TaskRecord] | None:
+        """Hand over one batch's tasks as read (None: not read), forgetting them here: the
+        visit's last holder of the old tasks lets them go with its list."""
+        tasks = self.tasks.pop(batch_id, None)
+        if tasks is not None:
+            for task in tasks:
+                owner = self._by_number.get(task.issue_number or 0)
+                if owner is not None and owner[1] is task:
+                    del self._by_number[task.issue_number or 0]
+        return tasks
+
     def load_all(self) -> None:
         """Read every batch's tasks: a listing of the whole repo is coming."""
         for batch_id in self.batches:

@@ -133,12 +133,11 @@ class Poller(UsesForge):
             started = listed_at or started
         for batch in batches:
             polled_at = batch.last_polled_at if batch.batch_id in unread else started
-            tasks = open_tasks.tasks.get(batch.batch_id)
-            if tasks is None:  # no listed issue was its: its counters stand
+            now_tasks = changes.applied(batch.batch_id, open_tasks)
+            if now_tasks is None:  # no listed issue was its: its counters stand
                 self.store.update_batch(batch.batch_id, last_polled_at=polled_at)
                 continue
             self._checked.discard(batch.batch_id)  # until its counters are written again
-            now_tasks = changes.applied(batch.batch_id, tasks)
             self.refresh_progress(batch, now_tasks, polled_at)
             self._checked.add(batch.batch_id)
             self._alarm(batch.repo, now_tasks)

@@ -124,7 +124,8 @@ class Archiving(_Base):
             if rows:
                 if self.history.record(batch_id) != rows[0]:
                     report = self.live_report(batch_id)
-                    self.history.add(rows[0], self.tasks.folded(batch_id), report)
+                    tasks = self.tasks.folded(batch_id)
+                    self.history.add(rows[0], b'{"tasks":{}}' if tasks is None else tasks, report)
                 base = self.tasks.live / f"{batch_id}.json"
                 for path in (self.tasks.journal(base), base, self.report_file(batch_id), live):
                     unlink_quietly(path)

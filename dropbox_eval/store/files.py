@@ -163,6 +163,11 @@ def parse_lines(raw: bytes) -> list[dict[str, Any]]:
     return [doc for doc in map(_parse, lines) if doc is not None]
 
 
+def parse_line(line: bytes) -> dict[str, Any] | None:
+    """One JSON line as `parse_lines` takes it: None when blank or cut short by a crash."""
+    return _parse(line)
+
+
 def newest_lines(path: Path) -> Iterator[dict[str, Any]]:
     """The lines of a JSON-lines file, newest first, read backwards block by block: the
     cost is the number of lines taken, not the size of the file."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from .tasks import TABLE as TASKS_TABLE
 Row = dict[str, Any]
 Place = tuple[int, int]  # offset and length of a line in a segment
 SEGMENT = "history.jsonl"
+COPY_BLOCK = 1 << 20  # bytes of a tasks file or a report copied into a segment at a time
 LOCATOR = "history.idx"
 
 
@@ -59,19 +61,22 @@ class History:
     def _segment(self, batch_id: str) -> Path:
         return self.folder / batch_id[:6] / SEGMENT
 
-    def add(self, record: Row, tasks: list[Row] | bytes, report: bytes | None = None) -> None:
+    def add(
+        self, record: Row, tasks: list[Row] | bytes | Path, report: bytes | None = None
+    ) -> None:
         """Archive a batch: its tasks line (and its report's, in the same append), its
-        record line, then its locator line. `tasks` as bytes: its tasks file, one line of
-        JSON (a TinyDB table), taken as it is: nothing parsed."""
+        record line, then its locator line. `tasks` as bytes or a file: its tasks file, one
+        line of JSON (a TinyDB table), taken as it is: nothing parsed, and a file copied
+        into the segment block by block, as the report is: neither is held whole twice."""
         batch_id = str(record["batch_id"])
         lines = [_tasks_line(batch_id, tasks)]
         if report is not None:  # canonical JSON: ASCII (protocol/report.py)
-            lines.append(dumps({"batch_id": batch_id, "report": report.decode("ascii")}) + b"\n")
+            lines.append(_report_line(batch_id, report))
         with self._appending:
-            start = _append_raw(self._segment(batch_id), b"".join(lines))[0]
-            entry: Row = {"batch_id": batch_id, "batch": record, "tasks_at": [start, len(lines[0])]}
+            places = _append_lines(self._segment(batch_id), lines)
+            entry: Row = {"batch_id": batch_id, "batch": record, "tasks_at": list(places[0])}
             if report is not None:
-                entry["report_at"] = [start + len(lines[0]), len(lines[1])]
+                entry["report_at"] = list(places[1])
             self._write_record(batch_id, entry)
 
     def replace_record(self, record: Row) -> None:
@@ -181,13 +186,42 @@ class History:
         return lines[0] if len(lines) == 1 else None
 
 
-def _tasks_line(batch_id: str, tasks: list[Row] | bytes) -> bytes:
+def _tasks_line(batch_id: str, tasks: list[Row] | bytes | Path) -> Iterable[bytes]:
+    if isinstance(tasks, Path):
+        if not _has_newline(tasks):
+            return _file_line(batch_id, tasks)
+        with storage_errors(tasks):
+            tasks = tasks.read_bytes()
     if isinstance(tasks, bytes) and b"\n" not in tasks:
-        return b'{"batch_id":%b,"table":%b}\n' % (dumps(batch_id), tasks)
+        return [b'{"batch_id":%b,"table":%b}\n' % (dumps(batch_id), tasks)]
     if isinstance(tasks, bytes):
         table: dict[str, Row] = parse_lines(tasks.replace(b"\n", b" "))[0][TASKS_TABLE]
         tasks = [table[key] for key in sorted(table, key=int)]
-    return dumps({"batch_id": batch_id, "tasks": tasks}) + b"\n"
+    return [dumps({"batch_id": batch_id, "tasks": tasks}) + b"\n"]
+
+
+def _file_line(batch_id: str, path: Path) -> Iterator[bytes]:
+    """The tasks line of a tasks file without a newline, a block at a time."""
+    yield b'{"batch_id":%b,"table":' % dumps(batch_id)
+    with storage_errors(path), path.open("rb") as handle:
+        while block := handle.read(COPY_BLOCK):
+            yield block
+    yield b"}\n"
+
+
+def _has_newline(path: Path) -> bool:
+    with storage_errors(path), path.open("rb") as handle:
+        return any(b"\n" in block for block in iter(lambda: handle.read(COPY_BLOCK), b""))
+
+
+def _report_line(batch_id: str, report: bytes) -> Iterator[bytes]:
+    """`dumps({"batch_id": batch_id, "report": report.decode("ascii")})` and a newline, a
+    block at a time: each ASCII character is escaped alone, so the blocks' escapes put
+    together are the whole's."""
+    yield b'{"batch_id":%b,"report":"' % dumps(batch_id)
+    for start in range(0, len(report), COPY_BLOCK):
+        yield dumps(report[start : start + COPY_BLOCK].decode("ascii"))[1:-1]
+    yield b'"}\n'
 
 
 def _parse_places(raw: bytes, places: dict[str, Place]) -> None:
@@ -200,6 +234,13 @@ def _parse_places(raw: bytes, places: dict[str, Place]) -> None:
 def _append_raw(path: Path, raw: bytes) -> tuple[int, int]:
     """Append `raw` (whole lines) after closing a line a crash cut short, fsync; returns
     (offset, length) of what was appended."""
+    return _append_lines(path, [[raw]])[0]
+
+
+def _append_lines(path: Path, lines: list[Iterable[bytes]]) -> list[Place]:
+    """Append `lines`, each given in pieces that end in its newline, after closing a line
+    a crash cut short; one fsync. Where each line went (offset, length)."""
+    places: list[Place] = []
     with storage_errors(path):
         make_folders(path.parent)  # 0700, the file 0600: secrecy.py
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_MODE)
@@ -210,8 +251,11 @@ def _append_raw(path: Path, raw: bytes) -> tuple[int, int]:
                 if handle.read(1) != b"\n":
                     handle.write(b"\n")
                     end += 1
-            handle.write(raw)
+            for pieces in lines:
+                length = sum(handle.write(piece) for piece in pieces)
+                places.append((end, length))
+                end += length
             handle.flush()
             os.fsync(handle.fileno())
     crashpoints.wrote(path.name)
-    return end, len(raw)
+    return places

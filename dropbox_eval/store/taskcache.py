@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,14 +38,21 @@ class _Kept:
     index: dict[str, int] = field(default_factory=dict)  # task_id -> place in `tasks`
     memo: dict[Any, Any] = field(default_factory=dict)  # the batch's shared values
 
-    def apply(self, changes: list[Changes]) -> None:
-        """Replace the changed tasks by new models (the lists handed out keep theirs)."""
+    def apply(self, changes: Iterable[Changes]) -> None:
+        """Replace the changed tasks by new models (the lists handed out keep theirs). The
+        lines are merged per task as they are parsed, and each task's merged change goes
+        as its model is made: a big catch-up holds one change per task, not every line."""
         merged: dict[str, dict[str, Any]] = {}
         for change in changes:
             for task_id, fields in change.items():
                 if task_id in self.index:
-                    merged.setdefault(task_id, {}).update(fields)
-        for task_id, fields in merged.items():
+                    known = merged.get(task_id)
+                    if known is None:
+                        merged[task_id] = fields  # the parsed line's own dict: no copy
+                    else:
+                        known.update(fields)
+        while merged:
+            task_id, fields = merged.popitem()
             place = self.index[task_id]
             # its unchanged values as they are (models are not validated again): the
             # old and the new task share them while a caller still holds the old one

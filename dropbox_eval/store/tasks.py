@@ -14,7 +14,7 @@ tasks up to date costs the change, whichever process wrote it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,14 @@ from pydantic import BaseModel
 
 from ..util import crashpoints
 from ..util.fileio import make_folders, write_atomically
-from .files import append_lines, parse_lines, read_lines, read_table, unlink_quietly, write_table
+from .files import (
+    append_lines,
+    parse_line,
+    read_lines,
+    read_table,
+    unlink_quietly,
+    write_table,
+)
 
 Changes = dict[str, dict[str, Any]]
 Identity = tuple[int, int, int]  # inode, size, mtime of a file: what a rewrite changes
@@ -107,8 +114,9 @@ class TaskFiles:
 
     def changes_after(
         self, batch_id: str, position: Position
-    ) -> tuple[list[Changes], Position] | None:
-        """The journal lines written since `position`, and the position after them; None
+    ) -> tuple[Iterable[Changes], Position] | None:
+        """The journal lines written since `position` (each parsed as it is taken), and
+        the position after them; None
         when the base is no longer the one read there (compacted, or gone): the tasks
         must then be read whole."""
         base = self.base(batch_id)
@@ -150,16 +158,13 @@ class TaskFiles:
         unlink_quietly(self.journal(base))
         return _identity(base)
 
-    def folded(self, batch_id: str) -> bytes:
-        """The batch's tasks file with its journal folded in, as bytes (one line of JSON).
-        The caller holds the record lock."""
+    def folded(self, batch_id: str) -> Path | None:
+        """The batch's tasks file with its journal folded in (one line of JSON; None: the
+        batch has none). The caller holds the record lock."""
         base = self.base(batch_id)
         if self.journal(base).exists():
             self.compactor(batch_id)
-        try:
-            return base.read_bytes()
-        except FileNotFoundError:
-            return b'{"%b":{}}' % TABLE.encode()
+        return base if base.exists() else None
 
     def archive_to(self, batch_id: str) -> None:
         """Move a finished batch's tasks out of `tasks/`, folded into one file."""
@@ -187,14 +192,15 @@ def table_pieces(table: str, models: Sequence[BaseModel]) -> Iterator[bytes]:
     yield b"}}"
 
 
-def replay(docs: list[dict[str, Any]], changes: list[Changes]) -> None:
+def replay(docs: list[dict[str, Any]], changes: Iterable[Changes]) -> None:
     """Apply journal lines, oldest first, to the tasks they name (in place)."""
-    if changes:
-        by_id = {doc["task_id"]: doc for doc in docs}
-        for change in changes:
-            for task_id, fields in change.items():
-                if task_id in by_id:
-                    by_id[task_id].update(fields)
+    by_id: dict[str, dict[str, Any]] | None = None
+    for change in changes:
+        if by_id is None:  # not built for an empty journal
+            by_id = {doc["task_id"]: doc for doc in docs}
+        for task_id, fields in change.items():
+            if task_id in by_id:
+                by_id[task_id].update(fields)
 
 
 def _identity(path: Path) -> Identity | None:
@@ -205,8 +211,9 @@ def _identity(path: Path) -> Identity | None:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def _new_lines(journal: Path, since: Position) -> tuple[list[Changes], Position] | None:
-    """The whole lines of the journal after `since`, and the position after them; None
+def _new_lines(journal: Path, since: Position) -> tuple[Iterable[Changes], Position] | None:
+    """The whole lines of the journal after `since` (parsed one at a time as they are
+    taken: a big catch-up never holds them all parsed), and the position after them; None
     when the journal is another file than the one read there (or shorter: rewritten).
     A last line without its newline counts once it parses (a crash cut the newline, which
     the next append writes); one still being written does not parse and waits."""
@@ -221,8 +228,18 @@ def _new_lines(journal: Path, since: Position) -> tuple[list[Changes], Position]
         handle.seek(since.offset)
         raw = handle.read()
     end = raw.rfind(b"\n") + 1
-    changes = parse_lines(raw[:end])
-    rest = parse_lines(raw[end:])
-    if rest:
-        changes, end = changes + rest, len(raw)
-    return changes, Position(since.base, info.st_ino, since.offset + end)
+    if parse_line(raw[end:]) is not None:
+        end = len(raw)
+    return _lines_of(raw, end), Position(since.base, info.st_ino, since.offset + end)
+
+
+def _lines_of(raw: bytes, end: int) -> Iterator[Changes]:
+    """The lines of `raw[:end]` that parse, in order, each parsed when it is taken."""
+    start = 0
+    while start < end:
+        stop = raw.find(b"\n", start, end)
+        stop = end if stop < 0 else stop
+        change = parse_line(raw[start:stop])
+        if change is not None:
+            yield change
+        start = stop + 1

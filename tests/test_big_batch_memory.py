@@ -1,0 +1,126 @@
+"""A big batch is held once: a visit that changes most of it hands over the store's tasks
+instead of its own changed copies, the journal is parsed a line at a time as the store
+catches up, and archiving copies the tasks file and the report into the history a block at
+a time. What comes out is what the whole-in-memory ways gave."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import stored_tasks
+
+from dropbox_eval.forge.markers import opened
+from dropbox_eval.models import BatchRecord, TaskRecord, TaskStatus, utcnow
+from dropbox_eval.results.opentasks import OpenTasks
+from dropbox_eval.results.reading import ended
+from dropbox_eval.results.recording import REREAD_TASKS, VisitChanges
+from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.files import dumps
+from dropbox_eval.store.history import COPY_BLOCK, History
+
+pytestmark = pytest.mark.tinydb_files  # the TinyDB engine's cache, journal and history
+BATCH = "20261201-000000-big"
+COUNT = REREAD_TASKS + 200
+
+
+def _open_batch(state: Path) -> tuple[TinyDBStore, BatchRecord]:
+    """A TinyDB store holding one batch whose every task has its issue open."""
+    store = stored_tasks(state, BATCH, COUNT)
+    now = utcnow()
+    store.update_tasks(BATCH, {f"t{n}": opened(n, f"http://f/{n}") for n in range(1, COUNT + 1)})
+    batch = BatchRecord(batch_id=BATCH, client_id="acme", repo="o/r", total=COUNT, created_at=now)
+    return store, batch
+
+
+def _as_stored(state: Path) -> list[dict[str, object]]:
+    """The batch's tasks as another process reads them, JSON-ready."""
+    return [t.model_dump(mode="json") for t in TinyDBStore(state).get_tasks(BATCH)]
+
+
+def _visit(store: TinyDBStore, batch: BatchRecord, changed: int) -> list[TaskRecord] | None:
+    """One visit that finishes the first `changed` tasks, a page of 100 at a time."""
+    open_tasks = OpenTasks(store, [batch], set())
+    changes = VisitChanges(store, [BATCH], set())
+    for number in range(1, changed + 1):
+        owner = open_tasks.get(number)
+        assert owner is not None
+        changes.add(owner, ended(TaskStatus.PASSED, f"verdict {number}"))
+        if number % 100 == 0:
+            changes.flush()
+    changes.flush()
+    after = changes.applied(BATCH, open_tasks)
+    assert BATCH not in open_tasks.tasks and open_tasks.get(1) is None  # let go of
+    return after
+
+
+def test_a_visit_changing_a_quarter_of_a_big_batch_hands_over_the_stored_tasks(
+    tmp_path: Path,
+) -> None:
+    store, batch = _open_batch(tmp_path)
+    after = _visit(store, batch, COUNT // 2)
+    assert after is not None
+    assert [t.model_dump(mode="json") for t in after] == _as_stored(tmp_path)
+    assert sum(t.status == TaskStatus.PASSED for t in after) == COUNT // 2
+    assert after[0].result is not None and after[0].result.summary == "verdict 1"
+
+
+def test_a_visit_changing_few_tasks_hands_over_its_changed_copies(tmp_path: Path) -> None:
+    store, batch = _open_batch(tmp_path)
+    before = store.get_tasks(BATCH)
+    after = _visit(store, batch, 10)
+    assert after is not None
+    assert after[10:] == before[10:] and after[10] is before[10]  # the unchanged, as read
+    assert [t.model_dump(mode="json") for t in after] == _as_stored(tmp_path)
+
+
+def test_catching_up_a_long_journal_gives_the_tasks_a_fresh_read_gives(tmp_path: Path) -> None:
+    store, batch = _open_batch(tmp_path)
+    kept = store.get_tasks(BATCH)  # the cache's position: every later line is caught up
+    other = TinyDBStore(tmp_path)  # another process writes, line after line
+    for start in range(1, COUNT, 50):
+        other.update_tasks(
+            BATCH, {f"t{n}": ended(TaskStatus.FAILED, "no") for n in range(start, start + 50)}
+        )
+        other.update_tasks(BATCH, {f"t{start}": {"issue_url": f"http://g/{start}"}})
+    caught_up = store.get_tasks(BATCH)
+    assert [t.model_dump(mode="json") for t in caught_up] == _as_stored(tmp_path)
+    assert caught_up[0].issue_url == "http://g/1" and caught_up[0].status == TaskStatus.FAILED
+    assert kept[0].status == TaskStatus.OPEN  # a list handed out before keeps its tasks
+
+
+def _segment_line(history: History, batch_id: str, key: str) -> bytes:
+    line = history._record_line(batch_id)
+    assert line is not None
+    offset, length = line[key]
+    segment = history.folder / batch_id[:6] / "history.jsonl"
+    with segment.open("rb") as handle:
+        handle.seek(offset)
+        return handle.read(length)
+
+
+def test_a_history_entry_copied_from_the_tasks_file_is_the_one_its_bytes_give(
+    tmp_path: Path,
+) -> None:
+    table = {"tasks": {str(n): {"task_id": f"t{n}", "body": "x" * 500} for n in range(3000)}}
+    tasks_file = tmp_path / "tasks.json"
+    tasks_file.write_bytes(dumps(table))
+    assert tasks_file.stat().st_size > 1.5 * COPY_BLOCK  # copied in more than one block
+    # escapes on both sides of the block boundaries
+    report = (b'{\n  "s": "a \\"quoted\\" \\\\ path"\n}\n' * (COPY_BLOCK // 10))[: 3 * COPY_BLOCK]
+    (tmp_path / "archive").mkdir()
+    history = History(tmp_path / "archive")
+    copied, whole = "20261201-000000-aaaa", "20261201-000000-bbbb"
+    history.add({"batch_id": copied, "status": "emitted"}, tasks_file, report)
+    history.add({"batch_id": whole, "status": "emitted"}, tasks_file.read_bytes(), report)
+    assert history.tasks(copied) == history.tasks(whole) == list(table["tasks"].values())
+    assert history.report(copied) == history.report(whole) == report
+    assert _segment_line(history, copied, "report_at") == (
+        dumps({"batch_id": copied, "report": report.decode("ascii")}) + b"\n"
+    )
+    assert _segment_line(history, copied, "tasks_at") == _segment_line(
+        history, whole, "tasks_at"
+    ).replace(whole.encode(), copied.encode())
+    line = json.loads(_segment_line(history, copied, "tasks_at"))
+    assert line["batch_id"] == copied and line["table"] == table
