@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import BatchRejected, DeliveryError
 from ..protocol.batchlines import lines_bytes, report_lines
 from ..protocol.callbacks import CallbackPolicy, CallbackTarget
-from ..protocol.report import canonical, in_client_order, report_batch_id
+from ..protocol.report import in_client_order, report_batch_id
+from ..util.canonicaljson import canonical
 from ..util.fileio import SHARED_MODE, write_atomically
 from ..util.names import UNDELIVERED_DIR
 from ..util.redact import shown_url

@@ -46,14 +46,17 @@ def file_away(
     suffix = OUTCOME_SUFFIX[outcome]
     out_fd = outcome_folder(folder_fd, path, outcome)
     try:
-        target = fsops.choose_target(out_fd, path.name, suffix, document.document(), fd)
+        dumped = document.document()  # once: a big batch's receipt lists every task
+        target = fsops.choose_target(out_fd, path.name, suffix, dumped, fd)
         if target != path.name:
             document.filed_as = target
+            dumped = document.document()
         name = f"{target}{suffix}"
         where = path.parent / outcome / name
         # The outcome folder is synced once, after the move: both new entries in one sync,
         # the receipt's first (a journaling filesystem commits them in the order made).
-        document_bytes = json_bytes(document.document())
+        document_bytes = json_bytes(dumped)
+        del dumped
         write_at(out_fd, name, document_bytes, mode=SHARED_MODE, where=where, sync_folder=False)
         if not fsops.move_opened(fd, folder_fd, path.name, out_fd, target):
             log.warning("file %s: vanished while being filed as %s", shown(path), outcome)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
 from ..models import is_valid_id
-from ..protocol.report import canonical
+from ..util.canonicaljson import canonical
 from ..util.fileio import write_atomically
 from .files import read_table
 

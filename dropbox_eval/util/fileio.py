@@ -9,7 +9,6 @@ each write into a known folder went is told to storage.py (`/readyz`, `/metrics`
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 from collections.abc import Iterable
@@ -18,6 +17,7 @@ from typing import Any
 
 from ..errors import storage_errors
 from . import crashpoints, storage
+from .canonicaljson import canonical
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -147,8 +147,9 @@ def fsync_file(path: Path) -> None:
 
 
 def json_bytes(data: Any) -> bytes:
-    """Indented, key-sorted JSON (what people and programs read)."""
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    """Indented, key-sorted JSON (what people and programs read): `canonical`, built in one
+    buffer (the standard library's pieces of a 20,000-issue receipt took 14 MB at once)."""
+    return canonical(data)
 
 
 def write_json(path: Path, data: Any, *, mode: int = PRIVATE_MODE) -> None:
