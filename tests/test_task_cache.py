@@ -15,6 +15,7 @@ from dropbox_eval.forge.markers import opened
 from dropbox_eval.models import TaskRecord, TaskStatus
 from dropbox_eval.store import files
 from dropbox_eval.store.engine import TinyDBStore
+from dropbox_eval.store.rows import dump
 
 BATCH = "b1"
 TASKS = 400
@@ -129,3 +130,29 @@ def test_a_journal_folded_in_by_this_reader_is_not_parsed_again(
     assert len(base_reads) == 1 and read[399].result is not None
     assert read == _as_read_afresh(tmp_path)
     assert store.tasks.read(BATCH) == [t.model_dump(mode="json") for t in read]
+
+
+def test_the_least_recently_read_batches_go_past_the_limit(
+    tmp_path: Path, base_reads: list[Path]
+) -> None:
+    """Three batches of 400 under a limit of 1,000: reading the third drops the first
+    (least recently read), the second stays; a batch bigger than the limit alone is kept."""
+    store = _new_batch(tmp_path)
+    for other in ("b2", "b3"):
+        store.tasks.create(other, [{**row, "batch_id": other} for row in _rows(store)])
+    store.parsed_tasks.limit = 1000
+    for batch_id in (BATCH, "b2", "b3", "b2"):
+        assert store.get_tasks(batch_id) is not None
+    assert len(base_reads) == 3  # b2 read again from the cache
+    store.get_tasks(BATCH)
+    assert len(base_reads) == 4  # dropped when b3 came in (b3 goes now: b2 was read since)
+    store.parsed_tasks.limit = 100
+    store.get_tasks("b3")
+    store.get_tasks("b3")
+    assert len(base_reads) == 5  # b3 parsed once: kept alone while bigger than the limit
+    store.get_tasks("b2")
+    assert len(base_reads) == 6  # b2 went to make room
+
+
+def _rows(store: TinyDBStore) -> list[dict[str, object]]:
+    return [dump(task) for task in store.get_tasks(BATCH) or []]

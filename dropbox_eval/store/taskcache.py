@@ -67,6 +67,7 @@ class ParsedTasks:
         self.files = files
         self.limit = limit
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._count = 0  # tasks kept in all: summed on every keep, it was quadratic
         self._lock = threading.Lock()
         self._readers = [threading.Lock() for _ in range(READ_STRIPES)]
 
@@ -132,14 +133,19 @@ class ParsedTasks:
 
     def _keep(self, batch_id: str, kept: _Kept) -> None:
         with self._lock:
+            self._drop(batch_id)
             self._kept[batch_id] = kept
-            self._kept.move_to_end(batch_id)
-            while len(self._kept) > 1 and sum(len(k.tasks) for k in self._kept.values()) > (
-                self.limit
-            ):
-                self._kept.popitem(last=False)
+            self._count += len(kept.tasks)
+            while len(self._kept) > 1 and self._count > self.limit:
+                self._drop(next(iter(self._kept)))
 
     def forget(self, batch_id: str) -> None:
         """Drop a batch's tasks (it left the live folders)."""
         with self._lock:
-            self._kept.pop(batch_id, None)
+            self._drop(batch_id)
+
+    def _drop(self, batch_id: str) -> None:
+        """Forget one batch's tasks; the caller holds the lock."""
+        gone = self._kept.pop(batch_id, None)
+        if gone is not None:
+            self._count -= len(gone.tasks)
