@@ -11,7 +11,9 @@ The file part is a bare `flock(2)` on a descriptor kept open, the very lock `fil
 takes on Linux, so the two exclude each other. A FileLock acquire and release costs about
 100 us of CPU (it opens, probes and closes the file each time, and tracks forks); the store
 takes its locks several times a drop, so that was 5 % of a drop's CPU. A lock file that
-was removed or replaced while we waited is opened again, as filelock would.
+was removed or replaced while we waited is opened again, as filelock would. The cost:
+a descriptor per lock used, for the lock's life (a TinyDB store has at most 66: its
+lock, 64 record stripes and the history's).
 """
 
 from __future__ import annotations
