@@ -132,7 +132,7 @@ def last_result(log: Any) -> float:
     moments = []
     for line in log:
         if line.startswith("{") and " finished as " in line:
-            with contextlib.suppress(ValueError):  # two threads' lines run together
+            with contextlib.suppress(ValueError, KeyError):  # two threads' lines run together
                 moments.append(json.loads(line)["time"])
     if not moments:
         raise RuntimeError("the service logged no finished task")

@@ -22,6 +22,7 @@ from dropbox_eval.models import (
     utcnow,
 )
 from dropbox_eval.protocol.report import (
+    ReportPieces,
     build_report,
     canonical,
     in_client_order,
@@ -137,8 +138,30 @@ def test_the_report_written_line_by_line_is_the_standard_librarys_bytes() -> Non
         assert document == (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()
         assert canonical(report) == document
         assert report_batch_id(document) == batch.batch_id
+        pieces = ReportPieces(batch, some)  # what the close writes, a chunk of lines at a time
+        assert b"".join(pieces) == document == b"".join(pieces) == bytes(pieces)
         ordered = in_client_order(document)  # the order JSON Lines readers see
         assert ordered == report and list(ordered) == list(report)
         assert [list(line) for line in ordered["results"]] == [
             list(line) for line in report["results"]
         ]
+
+
+def test_a_report_written_in_pieces_is_fixed_and_archived_as_its_bytes(tmp_path: Path) -> None:
+    store = TinyDBStore(tmp_path)
+    batch, tasks = _running(store, 7000)  # chunks of task lines, blocks of the copy
+    final = _closed(batch)
+    with store.transaction() as tx:  # as the close fixes it: in pieces, at the commit
+        tx.update_batch(
+            batch.batch_id,
+            status=final.status,
+            completed_at=final.completed_at,
+            report=ReportPieces(final, tasks),
+        )
+    report = report_document(final, tasks)
+    assert len(report) > 1 << 20  # the history copies it from its file block by block
+    assert store.get_report(batch.batch_id) == report
+
+    store.update_batch(batch.batch_id, status=BatchStatus.EMITTED, emitted_at=utcnow())
+    assert not (tmp_path / "reports" / f"{batch.batch_id}.json").exists()  # archived
+    assert TinyDBStore(tmp_path).get_report(batch.batch_id) == report

@@ -26,6 +26,7 @@ from dropbox_eval.models import (
     new_batch_id,
     utcnow,
 )
+from dropbox_eval.protocol.report import ReportPieces, report_document
 from dropbox_eval.store import BatchRow, Store
 from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.store.pg.engine import PostgresStore
@@ -149,6 +150,24 @@ def test_the_report_fixed_at_the_close_is_kept_as_bytes_into_the_history(store: 
     assert store.get_report(batch.batch_id) == report
     store.update_batch(batch.batch_id, emitted_at=utcnow())  # archives it
     assert store.get_report(batch.batch_id) == report
+
+
+def test_a_report_given_in_pieces_is_fixed_as_their_bytes(store: Store) -> None:
+    """The close hands the report over in pieces (protocol/report.py `ReportPieces`): the
+    files engine writes them as they are made, PostgreSQL stores them as one value."""
+    batch = _record(store, _batch("one"))
+    final = batch.model_copy(update={"status": BatchStatus.COMPLETED, "completed_at": utcnow()})
+    pieces = ReportPieces(final, store.get_tasks(batch.batch_id))
+    with store.transaction() as tx:
+        tx.update_batch(batch.batch_id, report=pieces, status=BatchStatus.COMPLETED)
+    assert (
+        store.get_report(batch.batch_id)
+        == bytes(pieces)
+        == report_document(final, store.get_tasks(batch.batch_id))
+    )
+    other = _record(store, _batch("two"))
+    store.update_batch(other.batch_id, report=[b"{", b"}\n"], status=BatchStatus.COMPLETED)
+    assert store.get_report(other.batch_id) == b"{}\n"
 
 
 def test_typed_queries_select_by_client_status_batch_repo_and_time(store: Store) -> None:

@@ -156,3 +156,22 @@ def test_the_least_recently_read_batches_go_past_the_limit(
 
 def _rows(store: TinyDBStore) -> list[dict[str, object]]:
     return [dump(task) for task in store.get_tasks(BATCH) or []]
+
+
+def test_a_catch_up_of_many_changes_gives_the_tasks_as_read_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up makes models a few tasks at a time (MERGED_TASKS, made small here): a
+    task changed again after its model was made gets its later values, as a fresh read."""
+    monkeypatch.setattr("dropbox_eval.store.taskcache.MERGED_TASKS", 7)
+    store = _new_batch(tmp_path)
+    other = TinyDBStore(tmp_path)  # its lines are caught up at the next read
+    assert len(store.get_tasks(BATCH)) == TASKS
+    for first in range(1, TASKS, 20):  # a page of results, then some of them again
+        other.update_tasks(
+            BATCH, {f"t{n}": opened(n, f"http://f/{n}") for n in range(first, first + 20)}
+        )
+        other.update_tasks(BATCH, {f"t{first + 3}": {"status": TaskStatus.MISSING}})
+    read = store.get_tasks(BATCH)
+    assert read == _as_read_afresh(tmp_path)
+    assert read[3].status == TaskStatus.MISSING and read[4].issue_number == 5

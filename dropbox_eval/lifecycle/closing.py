@@ -10,7 +10,7 @@ from typing import Any
 
 from ..billing.accounts import Billing
 from ..models import BatchRecord, BatchStatus, TaskRecord, utcnow
-from ..protocol.report import report_document
+from ..protocol.report import ReportPieces
 from ..store import Store
 from ..util import crashpoints
 
@@ -67,7 +67,7 @@ class BatchCloser:
                         current.client_id, batch_id, current.cost, charged
                     ),
                     **fields,
-                    report=report_document(final, tasks),
+                    report=ReportPieces(final, tasks),  # written as it is made
                 )
             on_closed = self.on_closed
             if on_closed is not None:  # once the close has landed (the caller's commit)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -116,23 +116,42 @@ def task_line(task: TaskRecord) -> dict[str, Any]:
     return line
 
 
+class ReportPieces:
+    """A finished batch's report, `report_document`'s bytes in pieces made as they are
+    taken (again at each iteration): written to a file, it is never whole in memory, only
+    one piece of `_CHUNK` task lines at a time. `bytes()` of it is the whole report."""
+
+    def __init__(self, batch: BatchRecord, tasks: Iterable[TaskRecord]) -> None:
+        self.batch = batch
+        self.tasks = tasks if isinstance(tasks, list) else list(tasks)
+
+    def __iter__(self) -> Iterator[bytes]:
+        tasks = self.tasks
+        head = build_report(self.batch, [])
+        head["counts"] = status_counts(tasks)
+        raw = canonical(head)
+        if not tasks:
+            yield raw
+            return
+        before, _, after = raw.partition(_RESULTS_KEY)  # a key: its quotes are not escaped
+        yield before + b'\n  "results": ['
+        for start in range(0, len(tasks), _CHUNK):
+            if start:
+                yield b","
+            yield _lines_of([task_line(task) for task in tasks[start : start + _CHUNK]])
+        yield b"\n  ]" + after
+
+    def __bytes__(self) -> bytes:
+        out = io.BytesIO()  # its value is handed over, not copied: the report is held once
+        for piece in self:
+            out.write(piece)
+        return out.getvalue()
+
+
 def report_document(batch: BatchRecord, tasks: Iterable[TaskRecord]) -> bytes:
     """The report of a finished batch as `canonical(build_report(batch, tasks))` writes it,
     built one task line at a time: nothing per task is kept but its bytes."""
-    tasks = list(tasks)
-    head = build_report(batch, [])
-    head["counts"] = status_counts(tasks)
-    raw = canonical(head)
-    if not tasks:
-        return raw
-    before, _, after = raw.partition(_RESULTS_KEY)  # a key: its quotes are not escaped
-    out = io.BytesIO()  # its value is handed over, not copied: the report is held once
-    out.write(before + b'\n  "results": [')
-    for start in range(0, len(tasks), _CHUNK):
-        out.write(b"," if start else b"")
-        out.write(_lines_of([task_line(task) for task in tasks[start : start + _CHUNK]]))
-    out.write(b"\n  ]" + after)
-    return out.getvalue()
+    return bytes(ReportPieces(batch, tasks))
 
 
 def _lines_of(lines: list[dict[str, Any]]) -> bytes:

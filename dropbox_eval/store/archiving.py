@@ -33,9 +33,6 @@ class Archiving(_Base):
         def get_batch(self, batch_id: str) -> BatchRecord:
             """The batch record (engine.py)."""
 
-        def live_report(self, batch_id: str) -> bytes | None:
-            """The report fixed for a live batch (reports.py)."""
-
         def report_file(self, batch_id: str) -> Path:
             """Where a live batch's fixed report is (reports.py)."""
 
@@ -123,9 +120,13 @@ class Archiving(_Base):
             rows = read_table(live, "batch")
             if rows:
                 if self.history.record(batch_id) != rows[0]:
-                    report = self.live_report(batch_id)
+                    report = self.report_file(batch_id)  # copied a block at a time
                     tasks = self.tasks.folded(batch_id)
-                    self.history.add(rows[0], b'{"tasks":{}}' if tasks is None else tasks, report)
+                    self.history.add(
+                        rows[0],
+                        b'{"tasks":{}}' if tasks is None else tasks,
+                        report if report.exists() else None,
+                    )
                 base = self.tasks.live / f"{batch_id}.json"
                 for path in (self.tasks.journal(base), base, self.report_file(batch_id), live):
                     unlink_quietly(path)

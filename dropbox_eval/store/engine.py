@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from typing import Any
@@ -217,7 +217,7 @@ class TinyDBStore(
         the ledger's `settlement` (posted once). An emitted batch is archived instead.
         A `report` (the close's) is fixed beside the record before it (reports.py).
         """
-        report: bytes | None = fields.pop("report", None)
+        report: bytes | Iterable[bytes] | None = fields.pop("report", None)
         if report is not None:
             with self.record_locked(batch_id):
                 self.write_report(batch_id, report)

@@ -62,12 +62,13 @@ class History:
         return self.folder / batch_id[:6] / SEGMENT
 
     def add(
-        self, record: Row, tasks: list[Row] | bytes | Path, report: bytes | None = None
+        self, record: Row, tasks: list[Row] | bytes | Path, report: bytes | Path | None = None
     ) -> None:
         """Archive a batch: its tasks line (and its report's, in the same append), its
         record line, then its locator line. `tasks` as bytes or a file: its tasks file, one
         line of JSON (a TinyDB table), taken as it is: nothing parsed, and a file copied
-        into the segment block by block, as the report is: neither is held whole twice."""
+        into the segment block by block, as the report (bytes or its file) is: neither is
+        held whole twice."""
         batch_id = str(record["batch_id"])
         lines = [_tasks_line(batch_id, tasks)]
         if report is not None:  # canonical JSON: ASCII (protocol/report.py)
@@ -214,14 +215,24 @@ def _has_newline(path: Path) -> bool:
         return any(b"\n" in block for block in iter(lambda: handle.read(COPY_BLOCK), b""))
 
 
-def _report_line(batch_id: str, report: bytes) -> Iterator[bytes]:
+def _report_line(batch_id: str, report: bytes | Path) -> Iterator[bytes]:
     """`dumps({"batch_id": batch_id, "report": report.decode("ascii")})` and a newline, a
-    block at a time: each ASCII character is escaped alone, so the blocks' escapes put
-    together are the whole's."""
+    block at a time (a file read a block at a time): each ASCII character is escaped
+    alone, so the blocks' escapes put together are the whole's."""
     yield b'{"batch_id":%b,"report":"' % dumps(batch_id)
-    for start in range(0, len(report), COPY_BLOCK):
-        yield dumps(report[start : start + COPY_BLOCK].decode("ascii"))[1:-1]
+    for block in _blocks(report):
+        yield dumps(block.decode("ascii"))[1:-1]
     yield b'"}\n'
+
+
+def _blocks(report: bytes | Path) -> Iterator[bytes]:
+    if isinstance(report, bytes):
+        for start in range(0, len(report), COPY_BLOCK):
+            yield report[start : start + COPY_BLOCK]
+        return
+    with storage_errors(report), report.open("rb") as handle:
+        while block := handle.read(COPY_BLOCK):
+            yield block
 
 
 def _parse_places(raw: bytes, places: dict[str, Place]) -> None:

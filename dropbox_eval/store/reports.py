@@ -10,6 +10,7 @@ record (live or archived): it is read there, as it was.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,9 @@ class Reports(_Base):
         """Where a live batch's fixed report is."""
         return self.reports_dir / f"{batch_id}.json"
 
-    def write_report(self, batch_id: str, report: bytes) -> None:
-        """Fix a batch's report (before the record that ends it is written)."""
+    def write_report(self, batch_id: str, report: bytes | Iterable[bytes]) -> None:
+        """Fix a batch's report (before the record that ends it is written); given in
+        pieces (protocol/report.py `ReportPieces`), it is written as they are made."""
         write_atomically(self.report_file(batch_id), report)
 
     def live_report(self, batch_id: str) -> bytes | None:

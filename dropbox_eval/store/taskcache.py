@@ -23,6 +23,7 @@ from .tasks import Changes, Position, TaskFiles
 
 CACHED_TASKS = 20_000  # tasks kept parsed (memory-bounded; the newest batch always stays)
 READ_STRIPES = 16  # one reader per batch brings it up to date; the others wait for it
+MERGED_TASKS = 2000  # a catch-up's parsed changes held before they become models
 
 
 def compact_task(doc: dict[str, Any], memo: dict[Any, Any]) -> TaskRecord:
@@ -40,8 +41,9 @@ class _Kept:
 
     def apply(self, changes: Iterable[Changes]) -> None:
         """Replace the changed tasks by new models (the lists handed out keep theirs). The
-        lines are merged per task as they are parsed, and each task's merged change goes
-        as its model is made: a big catch-up holds one change per task, not every line."""
+        lines are merged per task as they are parsed, and the merged changes become models
+        every MERGED_TASKS tasks: a big catch-up (a whole batch's results) holds a few
+        thousand parsed changes, not one per task of the batch."""
         merged: dict[str, dict[str, Any]] = {}
         for change in changes:
             for task_id, fields in change.items():
@@ -51,6 +53,12 @@ class _Kept:
                         merged[task_id] = fields  # the parsed line's own dict: no copy
                     else:
                         known.update(fields)
+            if len(merged) >= MERGED_TASKS:  # each line sets absolute values: a later
+                self._renew(merged)  # line of the same task makes its model again
+        self._renew(merged)
+
+    def _renew(self, merged: dict[str, dict[str, Any]]) -> None:
+        """New models of the tasks in `merged`, which it empties."""
         while merged:
             task_id, fields = merged.popitem()
             place = self.index[task_id]

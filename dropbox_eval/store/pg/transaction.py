@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsBytes
 
 from ...models import BatchRecord, Client, LedgerEntry, TaskRecord
 from ...util import crashpoints
@@ -60,7 +60,9 @@ class PgTransaction:
     ) -> BatchRecord:
         """`update_batch` with its `when`: an emitted batch is archived in the same
         transaction."""
-        report: bytes | None = fields.pop("report", None)
+        report = fields.pop("report", None)
+        if report is not None and not isinstance(report, bytes):  # its pieces: one value
+            report = bytes(report) if isinstance(report, SupportsBytes) else b"".join(report)
         batch, changed = writes.change_batch(self.conn, batch_id, fields, when)
         if not changed:
             return batch
