@@ -10,11 +10,7 @@ Not part of the package; the bench scripts import it from `sys.path[0]`.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -30,30 +26,10 @@ import pgcluster  # noqa: E402
 from pgcluster import Cluster as Cluster  # noqa: E402  (re-exported)
 
 
-@contextlib.contextmanager
-def durable_cluster() -> Iterator[Cluster]:
+def durable_cluster() -> contextlib.AbstractContextManager[Cluster]:
     """A running cluster with an empty database (`Cluster.fresh_url` gives a migrated
-    schema of it); stopped and removed after."""
-    bin_dir = pgcluster.binaries()
-    as_user = pgcluster._server_user()
-    pgcluster._stop_orphans(bin_dir, as_user)
-    folder = Path(tempfile.mkdtemp(prefix=pgcluster.PREFIX))
-    (folder / "owner.pid").write_text(str(os.getpid()))
-    if as_user is not None:
-        shutil.chown(folder, as_user, as_user)
-    data, port = folder / "data", pgcluster._free_port()
-    run = pgcluster._run
-    run(as_user, bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8")
-    options = f"-p {port} -k {folder} {DURABLE_OPTIONS}"
-    run(as_user, bin_dir / "pg_ctl", "-D", data, "-w", "-l", folder / "log", "-o", options, "start")
-    try:
-        cluster = Cluster(folder, port)
-        with psycopg.connect(cluster.url("postgres"), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {pgcluster.DATABASE}")
-        yield cluster
-    finally:
-        run(as_user, bin_dir / "pg_ctl", "-D", data, "-m", "fast", "stop")
-        shutil.rmtree(folder, ignore_errors=True)
+    schema of it), durable; stopped and removed after."""
+    return pgcluster.running(DURABLE_OPTIONS)
 
 
 def server_note(cluster: Cluster) -> str:

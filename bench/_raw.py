@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,14 +51,11 @@ class RawRun:
         return statistics.median(self.latencies)
 
 
-def raw_loop(forge: Forge, tasks: list[dict[str, Any]], threads: int, repo: str) -> RawRun:
-    """Repo + label + one POST per task with `threads` threads, one Session per thread."""
-    headers = {"Authorization": f"token {forge.token}", "Accept": "application/json"}
-    api = f"{forge.url}/api/v1"
-    full = f"{forge.user}/{repo}"
-    bodies = [(t["title"], issue_body("raw", TaskSpec.model_validate(t))) for t in tasks]
+def thread_sessions(forge: Forge) -> Callable[[], requests.Session]:
+    """The calling thread's Session with the forge's token (made at its first call), as a
+    plain client keeps one per thread."""
     local = threading.local()
-    latencies: list[float] = []
+    headers = {"Authorization": f"token {forge.token}", "Accept": "application/json"}
 
     def session() -> requests.Session:
         found: requests.Session | None = getattr(local, "session", None)
@@ -65,6 +63,17 @@ def raw_loop(forge: Forge, tasks: list[dict[str, Any]], threads: int, repo: str)
             found = local.session = requests.Session()
             found.headers.update(headers)
         return found
+
+    return session
+
+
+def raw_loop(forge: Forge, tasks: list[dict[str, Any]], threads: int, repo: str) -> RawRun:
+    """Repo + label + one POST per task with `threads` threads, one Session per thread."""
+    api = f"{forge.url}/api/v1"
+    full = f"{forge.user}/{repo}"
+    bodies = [(t["title"], issue_body("raw", TaskSpec.model_validate(t))) for t in tasks]
+    latencies: list[float] = []
+    session = thread_sessions(forge)
 
     with Stopwatch() as watch:
         setup = session()

@@ -35,7 +35,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +42,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import requests
 from _common import BenchResult, command_line, emit, make_tasks, parser
+from _raw import thread_sessions
 from _service import FUNDS, wait_until
 
 from dropbox_eval.app import build_app
@@ -108,16 +107,11 @@ def profiling(pid: int, path: str | None) -> Iterator[None]:
 
 def raw_timelines(forge: SandboxForge, repo: str, count: int, threads: int) -> float:
     """Timelines/s of a requests loop reading issues 1..count of `repo` once each."""
-    local = threading.local()
-    headers = {"Authorization": f"token {forge.token}", "Accept": "application/json"}
+    session = thread_sessions(forge)
 
     def read(number: int) -> None:
-        session: requests.Session | None = getattr(local, "session", None)
-        if session is None:
-            session = local.session = requests.Session()
-            session.headers.update(headers)
         url = f"{forge.url}/api/v1/repos/{repo}/issues/{number}/timeline"
-        session.get(url, params={"page": 1, "limit": 50}, timeout=60).raise_for_status()
+        session().get(url, params={"page": 1, "limit": 50}, timeout=60).raise_for_status()
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=threads) as pool:

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
 from _common import BenchResult, command_line, emit, make_tasks, parser
 from _forge import ForgeProcess
 from _pgserver import durable_cluster, server_note
+from _raw import thread_sessions
 from _service import created, rename_in, running, wait_until, write_part
 
 from dropbox_eval.forge.markers import issue_body
@@ -212,15 +212,7 @@ def raw_drops(drops: int, threads: int, shared: bool) -> float:
     issue; shared: the repo and label once, then an issue per drop)."""
     with ForgeProcess() as forge:
         api = f"{forge.url}/api/v1"
-        headers = {"Authorization": f"token {forge.token}", "Accept": "application/json"}
-        local = threading.local()
-
-        def session() -> requests.Session:
-            found: requests.Session | None = getattr(local, "session", None)
-            if found is None:
-                found = local.session = requests.Session()
-                found.headers.update(headers)
-            return found
+        session = thread_sessions(forge)
 
         def prepare(repo: str) -> int:
             made = session().post(f"{api}/user/repos", json={"name": repo, "private": True})

@@ -174,6 +174,19 @@ def tasks(count: int, prefix: str = "t") -> list[dict[str, Any]]:
     ]
 
 
+@pytest.fixture
+def folder(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    """A client folder (`acme`) and a descriptor open on it, as the SFTP endpoint holds
+    one for each session (closed after)."""
+    path = tmp_path / "acme"
+    path.mkdir()
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield path, fd
+    finally:
+        os.close(fd)
+
+
 def stored_tasks(state: Path, batch_id: str, count: int) -> TinyDBStore:
     """A TinyDB store in `state` holding `count` tasks of `batch_id` (its tasks file only,
     as intake writes it)."""

@@ -61,6 +61,7 @@ class Cluster:
 
     folder: Path
     port: int
+    options: str = SERVER_OPTIONS
     _numbers: Iterator[int] = field(default_factory=itertools.count)
 
     def url(self, dbname: str) -> str:
@@ -74,11 +75,12 @@ class Cluster:
 
     def start(self) -> None:
         """Start the stopped server again on the same port; back once this returns."""
-        _start(_server_user(), binaries(), self.folder, self.port)
+        _start(_server_user(), binaries(), self.folder, self.port, self.options)
 
     def restart(self) -> None:
         """`pg_ctl restart -m fast`: every session is ended; back once this returns."""
-        _start(_server_user(), binaries(), self.folder, self.port, "-m", "fast", "restart")
+        how = ("-m", "fast", "restart")
+        _start(_server_user(), binaries(), self.folder, self.port, self.options, *how)
 
     def fresh_url(self, *, migrated: bool = True) -> str:
         """The URL of a new, empty schema (migrated, unless not `migrated`)."""
@@ -92,8 +94,9 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running() -> Iterator[Cluster]:
-    """Start a cluster with an empty database; stop and remove it after."""
+def running(options: str = SERVER_OPTIONS) -> Iterator[Cluster]:
+    """Start a cluster with an empty database, the server run with `options`; stop and
+    remove it after."""
     bin_dir = binaries()
     as_user = _server_user()
     _stop_orphans(bin_dir, as_user)
@@ -103,9 +106,9 @@ def running() -> Iterator[Cluster]:
         shutil.chown(folder, as_user, as_user)
     data, port = folder / "data", _free_port()
     _run(as_user, bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8")
-    _start(as_user, bin_dir, folder, port)
+    _start(as_user, bin_dir, folder, port, options)
     try:
-        cluster = Cluster(folder, port)
+        cluster = Cluster(folder, port, options)
         with psycopg.connect(cluster.url("postgres"), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
         yield cluster
@@ -114,9 +117,11 @@ def running() -> Iterator[Cluster]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _start(as_user: str | None, bin_dir: Path, folder: Path, port: int, *how: str) -> None:
+def _start(
+    as_user: str | None, bin_dir: Path, folder: Path, port: int, options: str, *how: str
+) -> None:
     """`pg_ctl start` (or `how`: `-m fast restart`), waiting until the server answers."""
-    options = f"-p {port} -k {folder} {SERVER_OPTIONS}"
+    options = f"-p {port} -k {folder} {options}"
     data, log = folder / "data", folder / "log"
     command = how or ("start",)
     _run(as_user, bin_dir / "pg_ctl", "-D", data, "-w", "-l", log, "-o", options, *command)

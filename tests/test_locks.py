@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,24 @@ with FileLock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()
 """
+
+
+@contextlib.contextmanager
+def held_by_another_process(path: Path) -> Iterator[None]:
+    """A filelock FileLock on `path` held by another process for the block."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_SCRIPT, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        yield
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=PATIENCE)
 
 
 def test_threads_of_one_process_exclude_each_other_and_reenter(tmp_path: Path) -> None:
@@ -75,23 +95,12 @@ def test_another_process_holding_the_file_makes_a_bounded_wait_time_out(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "x.lock"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD_SCRIPT, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    with held_by_another_process(path):
         lock = SharedLock(path, timeout=0.2)
         with pytest.raises(Timeout), lock:
             pass
         assert lock._threads.acquire(blocking=False)  # a timeout leaves nothing held
         lock._threads.release()
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=PATIENCE)
     with SharedLock(path, timeout=PATIENCE):  # free again once the other process let go
         pass
 
@@ -104,20 +113,8 @@ def test_a_lock_file_replaced_between_holds_is_opened_again(tmp_path: Path) -> N
     with lock:
         pass
     path.unlink()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD_SCRIPT, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-        with pytest.raises(Timeout), lock:
-            pass
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=PATIENCE)
+    with held_by_another_process(path), pytest.raises(Timeout), lock:
+        pass
     with lock:
         assert path.exists()
 

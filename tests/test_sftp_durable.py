@@ -17,7 +17,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,17 +29,6 @@ from dropbox_eval.sftp.bounds import Bounds
 from dropbox_eval.sftp.durable import FolderSync
 from dropbox_eval.sftp.listing import PAGE, Listing
 from dropbox_eval.sftp.paths import Target
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    path = tmp_path / "acme"
-    path.mkdir()
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        yield path, fd
-    finally:
-        os.close(fd)
 
 
 def _upload(fd: int, name: str, chunks: list[tuple[int, bytes]]) -> str:

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import asyncssh
@@ -27,17 +26,6 @@ from dropbox_eval.sftp.bounds import Bounds
 from dropbox_eval.sftp.durable import FolderSync
 from dropbox_eval.sftp.keys import KeyStore
 from dropbox_eval.sftp.paths import Target
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    path = tmp_path / "acme"
-    path.mkdir()
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        yield path, fd
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
