@@ -87,11 +87,8 @@ class SharedLock:
             fd = self._descriptor()
             if deadline is None:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # the GIL is let go while it waits
-            else:
-                while not _try_lock(fd):
-                    if time.monotonic() >= deadline:
-                        raise Timeout(self.path)
-                    time.sleep(POLL_SECONDS)
+            elif not _lock_by(fd, deadline):
+                raise Timeout(self.path)
             if self._still_named(fd):
                 return
             fcntl.flock(fd, fcntl.LOCK_UN)  # an orphan: removed or replaced meanwhile
@@ -140,12 +137,9 @@ class FileClaim:
         """Claim the file, waiting up to `wait` seconds; False when another holder kept it
         that long (nothing is then held)."""
         fd = os.open(self.path, _OPEN_FLAGS, 0o600)
-        deadline = time.monotonic() + wait
-        while not _try_lock(fd):
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return False
-            time.sleep(POLL_SECONDS)
+        if not _lock_by(fd, time.monotonic() + wait):
+            os.close(fd)
+            return False
         self._fd = fd
         return True
 
@@ -156,12 +150,18 @@ class FileClaim:
             os.close(fd)
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
+def _lock_by(fd: int, deadline: float) -> bool:
+    """flock `fd`, trying every POLL_SECONDS until `deadline` (a monotonic time) passes;
+    False when another holder kept it that long."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_SECONDS)
+        else:
+            return True
 
 
 def _reset_in_child() -> None:
