@@ -132,7 +132,11 @@ def test_the_api_takes_and_answers_json_lines(app: App, funded: str, forge: Sand
         assert wait_for(lambda: app.store.get_batch(batch_id).status != "running")
         route = f"{url}/api/eval/batches/{batch_id}/report"
         streamed = requests.get(route, headers={**auth, "Accept": "application/jsonl"}, timeout=30)
-        whole = requests.get(route, headers=auth, timeout=30).json()
+        answer = requests.get(route, headers=auth, timeout=30)
+        whole = answer.json()
+    outbox_file = app.settings.outbox_path / f"{batch_id}.json"
+    assert answer.content == outbox_file.read_bytes()  # copied from the store in blocks
+    assert answer.headers["content-length"] == str(len(answer.content))
     assert streamed.headers["content-type"].startswith("application/x-ndjson")
     first, *rest = [json.loads(line) for line in streamed.text.splitlines()]
     assert first["batch"]["batch_ref"] == "api-lines" and rest == whole["results"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from conftest import tasks as task_specs
 
+from dropbox_eval.delivery.emitter import BLOCK, FileEmitter, FixedReport, report_bytes
 from dropbox_eval.models import (
     BatchRecord,
     BatchStatus,
@@ -165,3 +166,23 @@ def test_a_report_written_in_pieces_is_fixed_and_archived_as_its_bytes(tmp_path:
     store.update_batch(batch.batch_id, status=BatchStatus.EMITTED, emitted_at=utcnow())
     assert not (tmp_path / "reports" / f"{batch.batch_id}.json").exists()  # archived
     assert TinyDBStore(tmp_path).get_report(batch.batch_id) == report
+
+
+def test_a_fixed_report_of_many_blocks_reaches_the_outbox_byte_for_byte(tmp_path: Path) -> None:
+    """Delivery copies the fixed report from the store a block at a time (emitter.py
+    `FixedReport`): the outbox file is its bytes, however many blocks, and reading it again
+    (a callback's body after a file copy) starts from its beginning."""
+    store = TinyDBStore(tmp_path / "state")
+    batch, tasks = _running(store)
+    notes = {"notes": '\u00e9 "quoted" \\ ' * (BLOCK // 4)}  # 2.5 blocks, escaped
+    final = _closed(batch).model_copy(update={"metadata": notes})
+    report = report_document(final, tasks)
+    store.write_report(batch.batch_id, report)
+    handle = store.open_report(batch.batch_id)
+    assert handle is not None
+    with handle:
+        fixed = FixedReport(batch.batch_id, handle)
+        written = FileEmitter(tmp_path / "outbox").write(fixed)
+        assert written.name == f"{batch.batch_id}.json" and written.read_bytes() == report
+        assert len(report) > 2 * BLOCK and fixed.size() == len(report)
+        assert report_bytes(fixed) == report == b"".join(fixed.blocks())

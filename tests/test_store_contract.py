@@ -152,6 +152,26 @@ def test_the_report_fixed_at_the_close_is_kept_as_bytes_into_the_history(store: 
     assert store.get_report(batch.batch_id) == report
 
 
+def test_the_fixed_report_opens_as_a_file_to_read_live_and_archived(store: Store) -> None:
+    """Delivery and the API copy a report from `open_report` a block at a time."""
+    batch = _record(store, _batch("one"))
+    assert store.open_report(batch.batch_id) is None  # none before the close
+    assert store.open_report("20990101-000000-000000000") is None  # unknown
+    report = b'{\n  "batch_id": "%s",\n  "results": []\n}\n' % batch.batch_id.encode()
+    store.update_batch(batch.batch_id, report=report, status=BatchStatus.COMPLETED)
+    live = store.open_report(batch.batch_id)
+    assert live is not None
+    with live:
+        assert live.read(10) + live.read() == report
+        store.update_batch(batch.batch_id, emitted_at=utcnow())  # archived while open
+        live.seek(0)
+        assert live.read() == report  # what was opened stays readable
+    archived = store.open_report(batch.batch_id)
+    assert archived is not None
+    with archived:
+        assert archived.read() == report
+
+
 def test_a_report_given_in_pieces_is_fixed_as_their_bytes(store: Store) -> None:
     """The close hands the report over in pieces (protocol/report.py `ReportPieces`): the
     files engine writes them as they are made, PostgreSQL stores them as one value."""

@@ -10,7 +10,9 @@ once more (at least once, with the same webhook-id), never in a loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,7 +27,7 @@ from ..util import crashpoints
 from ..util.clock import Backoff
 from ..util.redact import shown_url
 from ..util.timestamps import rfc3339
-from .emitter import Emitter
+from .emitter import Document, Emitter, FixedReport
 
 log = logging.getLogger("dropbox_eval")
 
@@ -102,11 +104,9 @@ class Delivery:
 
     def _send(self, batch: BatchRecord, manual: bool) -> str:
         """Deliver the report once; where it went. A failure is scheduled (attempts.py)."""
-        report = self.store.get_report(batch.batch_id) or report_document(
-            batch, self.store.get_tasks(batch.batch_id)
-        )
         try:
-            with storage_errors():  # the emitter's own files too: waited out, not a tick
+            # storage errors of the emitter's own files too: waited out, not a tick
+            with storage_errors(), self._report(batch) as report:
                 return self.emitter.deliver(
                     report,
                     batch.callback_url,
@@ -118,6 +118,17 @@ class Delivery:
                 what_next = self.attempts.delivery_failed(batch, exc, manual=manual)
             log.warning("batch %s: delivery %s", batch.batch_id, what_next)
             raise DeliveryError(what_next) from exc
+
+    @contextlib.contextmanager
+    def _report(self, batch: BatchRecord) -> Iterator[Document]:
+        """The report fixed at the close, where the store keeps it (one made now when none
+        was fixed: a batch that ended before reports were)."""
+        handle = self.store.open_report(batch.batch_id)
+        if handle is None:
+            yield report_document(batch, self.store.get_tasks(batch.batch_id))
+            return
+        with handle:
+            yield FixedReport(batch.batch_id, handle)
 
     def _refused(self, batch_id: str, error: StorageUnavailable) -> None:
         """Storage refused a try: wait before the next one, and say what the error stopped

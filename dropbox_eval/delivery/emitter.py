@@ -6,10 +6,12 @@ is kept in `outbox/undelivered/`.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import BatchRejected, DeliveryError
 from ..protocol.batchlines import lines_bytes, report_lines
@@ -24,20 +26,58 @@ from .webhook import WebhookEmitter
 log = logging.getLogger("dropbox_eval")
 
 
-Document = dict[str, Any] | bytes  # a report, or its canonical bytes (protocol/report.py)
+BLOCK = 1 << 20  # bytes of a fixed report copied at a time
+
+
+@dataclass(frozen=True)
+class FixedReport:
+    """A batch's fixed report where the store keeps it (`Store.open_report`): copied to the
+    outbox a block at a time, read whole only for a callback's body or a JSON Lines twin."""
+
+    batch_id: str
+    handle: BinaryIO
+
+    def blocks(self) -> Iterator[bytes]:
+        """Its bytes, a block at a time."""
+        self.handle.seek(0)
+        while block := self.handle.read(BLOCK):
+            yield block
+
+    def whole(self) -> bytes:
+        """Its bytes."""
+        self.handle.seek(0)
+        return self.handle.read()
+
+    def size(self) -> int:
+        """How many bytes it has."""
+        return self.handle.seek(0, io.SEEK_END)
+
+    def drain(self) -> Iterator[bytes]:
+        """Its blocks, then the handle closed (for a response streamed after its
+        handler returned)."""
+        with self.handle:
+            yield from self.blocks()
+
+
+Document = dict[str, Any] | bytes | FixedReport
+"""A report, its canonical bytes (protocol/report.py), or where they are kept."""
 
 
 def report_bytes(report: Document) -> bytes:
     """The canonical serialisation: the same report always gives the same payload."""
+    if isinstance(report, FixedReport):
+        return report.whole()
     return report if isinstance(report, bytes) else canonical(report)
 
 
 def _batch_id(report: Document) -> str:
+    if isinstance(report, FixedReport):
+        return report.batch_id
     return report_batch_id(report) if isinstance(report, bytes) else str(report["batch_id"])
 
 
 def _parsed(report: Document) -> dict[str, Any]:
-    return in_client_order(report) if isinstance(report, bytes) else report
+    return report if isinstance(report, dict) else in_client_order(report_bytes(report))
 
 
 class FileEmitter:
@@ -57,7 +97,8 @@ class FileEmitter:
                 lines_bytes(report_lines(_parsed(report))),
                 mode=SHARED_MODE,
             )
-        write_atomically(path, report_bytes(report), mode=SHARED_MODE)
+        content = report.blocks() if isinstance(report, FixedReport) else report_bytes(report)
+        write_atomically(path, content, mode=SHARED_MODE)
         return path
 
 

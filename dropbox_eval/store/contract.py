@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from ..models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
 from .rows import BatchRow, HistoryPage
@@ -130,6 +130,12 @@ class Store(Protocol):
     def get_report(self, batch_id: str) -> bytes | None:
         """The report fixed when the batch ended (`update_batch(report=...)`), its bytes as
         delivered; None when none was fixed (running, unknown, or ended without one)."""
+        ...
+
+    def open_report(self, batch_id: str) -> BinaryIO | None:
+        """`get_report`'s bytes to read in blocks (the caller closes it), so that a big
+        batch's report (12 MB at 50,000 tasks) is copied on, never held whole; None as
+        `get_report`."""
         ...
 
     def update_batch(

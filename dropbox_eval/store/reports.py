@@ -10,9 +10,10 @@ record (live or archived): it is read there, as it was.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import StoreError
 from ..models import is_valid_id
@@ -60,6 +61,19 @@ class Reports(_Base):
             legacy = self._report_in_record(batch_id)
             found = None if legacy is None else canonical(legacy)
         return found
+
+    def open_report(self, batch_id: str) -> BinaryIO | None:
+        """The fixed report to read in blocks (the caller closes it): a live one's file,
+        else `get_report`'s bytes (archived reports are read whole from their segment)."""
+        if is_valid_id(batch_id):
+            try:
+                return self.report_file(batch_id).open("rb")
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StoreError(f"cannot read {self.report_file(batch_id)}: {exc}") from exc
+        found = self.get_report(batch_id)
+        return None if found is None else io.BytesIO(found)
 
     def _report_in_record(self, batch_id: str) -> dict[str, Any] | None:
         """The report an older version kept inside the batch's record (live or archived)."""

@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..delivery.emitter import FixedReport
 from ..errors import (
     DropboxEvalError,
     NotFinished,
@@ -253,8 +254,14 @@ def create_api(parts: ApiParts) -> FastAPI:
         report = _report_of(parts.store, parts.store.get_batch(batch_id))
         accept = request.headers.get("accept", "").split(",")
         if any(is_lines_media_type(kind) for kind in accept):
+            if isinstance(report, FixedReport):
+                with report.handle:
+                    report = report.whole()
             lines = report_lines(in_client_order(report))
             return StreamingResponse(lines, media_type="application/x-ndjson")
+        if isinstance(report, FixedReport):  # a big one is never held whole
+            length = {"Content-Length": str(report.size())}
+            return StreamingResponse(report.drain(), media_type="application/json", headers=length)
         return Response(report, media_type="application/json")
 
     @api.post("/api/eval/batches/{batch_id}/emit", responses=problems)
@@ -295,8 +302,9 @@ def create_api(parts: ApiParts) -> FastAPI:
     return api
 
 
-def _report_of(store: Store, batch: BatchRecord) -> bytes:
-    """A batch's report as the outbox file holds it (the report fixed when it ended)."""
+def _report_of(store: Store, batch: BatchRecord) -> bytes | FixedReport:
+    """A batch's report as the outbox file holds it (the report fixed when it ended, where
+    the store keeps it: the caller closes it)."""
     if batch.status == BatchStatus.RUNNING:
         raise NotFinished(
             f"batch {batch.batch_id}: {batch.done}/{batch.total} tasks finished; the report "
@@ -304,9 +312,10 @@ def _report_of(store: Store, batch: BatchRecord) -> bytes:
             done=batch.done,
             total=batch.total,
         )
-    return store.get_report(batch.batch_id) or report_document(
-        batch, store.get_tasks(batch.batch_id)
-    )
+    handle = store.open_report(batch.batch_id)
+    if handle is None:
+        return report_document(batch, store.get_tasks(batch.batch_id))
+    return FixedReport(batch.batch_id, handle)
 
 
 async def _body(request: Request, limit: int) -> bytes:

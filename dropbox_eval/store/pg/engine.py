@@ -11,10 +11,11 @@ landed, on a pool of their own: a crowd waiting for the store lock never starves
 from __future__ import annotations
 
 import contextlib
+import io
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ...models import BatchRecord, BatchStatus, Client, LedgerEntry, TaskRecord
 from ..audit import AuditEntry
@@ -132,6 +133,11 @@ class PostgresStore(Sharing):
         """The report fixed at the batch's close (`update_batch(report=...)`); None before."""
         with self._reading() as conn:
             return reads.get_report(conn, batch_id)
+
+    def open_report(self, batch_id: str) -> BinaryIO | None:
+        """The fixed report as a file to read (one value of its row, read whole)."""
+        found = self.get_report(batch_id)
+        return None if found is None else io.BytesIO(found)
 
     def update_batch(
         self,
