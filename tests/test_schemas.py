@@ -13,8 +13,10 @@ import jsonschema_rs
 import pytest
 from conftest import SCHEMAS, read_json, schema_problems, tasks
 from helpers import drop
+from pydantic import ValidationError
 
 from dropbox_eval.app import App
+from dropbox_eval.protocol.documents import BatchReceipt, issue_list
 from dropbox_eval.schemas import DIALECT, NAMES, rendered, shipped
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,3 +162,32 @@ def test_the_schema_check_reports_a_document_that_drifted(tmp_path: Path) -> Non
     }
     assert any("the receipt schema refuses" in p for p in problems)
     assert any("the report schema refuses" in p for p in problems)
+
+
+def test_a_receipt_with_plain_issues_is_the_document_its_models_give() -> None:
+    """A big batch's receipt keeps its issues as plain documents (documents.py
+    `with_issues`): what it writes is what validating each one gives, and every other
+    field is still validated."""
+    fields = {
+        "ok": True,
+        "batch_id": "20261202-000000-000abc123",
+        "status": "in_progress",
+        "task_count": 2,
+        "held": 2,
+        "client_id": "acme",
+        "sha256": "0" * 64,
+        "file": "b.json",
+        "accepted_at": "2026-12-02T00:00:00Z",
+    }
+    issues = issue_list({"a": None, "b": 7})
+    plain = BatchReceipt.with_issues(issues, **fields).document()
+    assert plain == BatchReceipt.model_validate({**fields, "issues": issues}).document()
+    assert plain["issues"] == [
+        {"task_id": "a", "issue_number": None},
+        {"task_id": "b", "issue_number": 7},
+    ]
+    assert SCHEMAS["receipt"].is_valid(plain)
+    with pytest.raises(ValidationError):
+        BatchReceipt.with_issues(issues, **fields, surprise=1)
+    with pytest.raises(ValidationError):
+        BatchReceipt.with_issues(issues, **{**fields, "sha256": "not a digest"})

@@ -29,7 +29,7 @@ from ..models import (
 )
 from ..protocol.batchfile import check_claims, rejection_from_validation, window_of
 from ..protocol.callbacks import CallbackPolicy
-from ..protocol.documents import Acceptance, IssueNumber
+from ..protocol.documents import Acceptance, issue_list
 from ..store import Store, Transaction
 from ..util import crashpoints
 from ..util.compact import compacted
@@ -159,16 +159,13 @@ class Intake(UsesForge):
             if known is not None and fresh
             else self.store.issue_numbers(batch_id)
         )
-        return Acceptance(
+        return Acceptance.with_issues(
+            issue_list(numbers),
             ok=True,
             batch_id=batch_id,
             status="in_progress" if running else batch.status,
             task_count=batch.total,
             held=batch.cost if running else 0,
-            issues=[
-                IssueNumber(task_id=task_id, issue_number=number)
-                for task_id, number in numbers.items()
-            ],
             failure=batch.failure,
             duplicate=duplicate,
             metadata=batch.metadata,

@@ -37,11 +37,13 @@ def parse_batch(raw: bytes, *, max_bytes: int, max_tasks: int) -> BatchFile:
         raise BatchRejected("invalid_json", "the file is empty")
     text = _decode(raw)
     document = _load_json(text)
+    escapes_surrogates = _SURROGATE_ESCAPE_RE.search(text) is not None
+    del text  # a copy of the file: not held while the tasks become models
     if not isinstance(document, dict):
         raise BatchRejected(
             "invalid_batch", "the document must be a JSON object", field="(document)"
         )
-    if _SURROGATE_ESCAPE_RE.search(text):
+    if escapes_surrogates:
         _refuse_lone_surrogates(document)
     tasks = document.get("tasks")
     if isinstance(tasks, list):  # before pydantic parses 10,000+ tasks for nothing

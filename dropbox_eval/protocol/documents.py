@@ -10,9 +10,10 @@ only when they apply.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ..models import BatchStatus
 from .rejections import RejectionReason
@@ -33,10 +34,22 @@ class Document(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     OMITTED: ClassVar[tuple[str, ...]] = ()
+    _issues: list[dict[str, Any]] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def with_issues(cls, issues: list[dict[str, Any]], **fields: Any) -> Self:
+        """The document validated but for its `issues`, kept as given (`issue_list`'s
+        plain IssueNumber documents): a big batch has 100,000, and a model each would
+        double the receipt's memory for nothing a str and an int do not already say."""
+        made = cls.model_validate({**fields, "issues": []})
+        made._issues = issues
+        return made
 
     def document(self) -> dict[str, Any]:
         """JSON-ready, without the optional fields that are empty."""
         data: dict[str, Any] = self.model_dump(mode="json")
+        if self._issues is not None:
+            data["issues"] = self._issues
         for name in self.OMITTED:
             if data.get(name) is None or data.get(name) is False:
                 data.pop(name, None)
@@ -48,6 +61,11 @@ class IssueNumber(Document):
 
     task_id: str
     issue_number: int | None
+
+
+def issue_list(numbers: Mapping[str, int | None]) -> list[dict[str, Any]]:
+    """task_id -> issue number (None: none yet) as a document's `issues`, in order."""
+    return [{"task_id": task_id, "issue_number": number} for task_id, number in numbers.items()]
 
 
 class Acceptance(Document):
@@ -155,4 +173,4 @@ def receipt_for(fields: dict[str, Any]) -> BatchReceipt | CancelReceipt:
     and where the drop came from (a field no receipt declares is an error)."""
     if fields.get("cancel"):
         return CancelReceipt.model_validate(fields)
-    return BatchReceipt.model_validate(fields)
+    return BatchReceipt.with_issues(**fields)

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-_INDENTED = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+_INDENTED = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
 def canonical(document: Any) -> bytes:
@@ -21,9 +21,9 @@ def canonical(document: Any) -> bytes:
     standard library."""
     if not _has_float(document):
         with contextlib.suppress(TypeError):  # an integer past 64 bits, a key not a string
-            raw = orjson.dumps(document, option=_INDENTED)
+            raw = orjson.dumps(document, option=_INDENTED)  # its newline too: no copy
             if raw.isascii() and b"\x7f" not in raw:
-                return raw + b"\n"
+                return raw
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("ascii")
 
 

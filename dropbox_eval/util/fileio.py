@@ -154,4 +154,4 @@ def json_bytes(data: Any) -> bytes:
 
 def write_json(path: Path, data: Any, *, mode: int = PRIVATE_MODE) -> None:
     """Atomically write `data` as indented JSON (`mode` as in `write_at`)."""
-    write_atomically(path, json_bytes(data).decode("utf-8"), mode=mode)
+    write_atomically(path, json_bytes(data), mode=mode)
