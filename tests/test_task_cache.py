@@ -73,9 +73,14 @@ def test_recording_issue_numbers_in_flushes_parses_the_batch_once(
     assert len(base_reads) == reads + 2  # this reader's parse, and the fresh one compared
 
 
+@pytest.mark.parametrize("block", [None, 5, 64])
 def test_a_line_cut_short_or_still_being_written_is_read_like_a_whole_replay(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int | None
 ) -> None:
+    """Whatever the size of the blocks the journal is read in (tasks.py BLOCK, made small
+    here so that lines straddle them)."""
+    if block is not None:
+        monkeypatch.setattr("dropbox_eval.store.tasks.BLOCK", block)
     store = _new_batch(tmp_path)
     journal = tmp_path / "tasks" / f"{BATCH}.journal"
 
@@ -164,6 +169,7 @@ def test_a_catch_up_of_many_changes_gives_the_tasks_as_read_afresh(
     """A catch-up makes models a few tasks at a time (MERGED_TASKS, made small here): a
     task changed again after its model was made gets its later values, as a fresh read."""
     monkeypatch.setattr("dropbox_eval.store.taskcache.MERGED_TASKS", 7)
+    monkeypatch.setattr("dropbox_eval.store.tasks.BLOCK", 100)  # lines straddle blocks
     store = _new_batch(tmp_path)
     other = TinyDBStore(tmp_path)  # its lines are caught up at the next read
     assert len(store.get_tasks(BATCH)) == TASKS

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from pydantic import BaseModel
 
@@ -37,6 +37,7 @@ Identity = tuple[int, int, int]  # inode, size, mtime of a file: what a rewrite 
 TABLE = "tasks"
 MIN_COMPACT_BYTES = 64 * 1024
 CHUNK = 1000  # tasks serialised into one piece of a tasks file
+BLOCK = 1 << 20  # bytes of a journal read at a time
 READ_ATTEMPTS = 3  # a compaction between reading the base and its journal: read again
 
 
@@ -212,34 +213,57 @@ def _identity(path: Path) -> Identity | None:
 
 
 def _new_lines(journal: Path, since: Position) -> tuple[Iterable[Changes], Position] | None:
-    """The whole lines of the journal after `since` (parsed one at a time as they are
-    taken: a big catch-up never holds them all parsed), and the position after them; None
-    when the journal is another file than the one read there (or shorter: rewritten).
-    A last line without its newline counts once it parses (a crash cut the newline, which
-    the next append writes); one still being written does not parse and waits."""
+    """The whole lines of the journal after `since` (read a block and parsed a line at a
+    time as they are taken: a big catch-up never holds them all, raw or parsed), and the
+    position after them; None when the journal is another file than the one read there (or
+    shorter: rewritten). A last line without its newline counts once it parses (a crash cut
+    the newline, which the next append writes); one still being written does not parse and
+    waits. The journal stays open until its lines are taken: it is only ever appended to,
+    and a compaction unlinks it, so what is read is what was there when it was opened."""
     try:
         handle = journal.open("rb")
     except FileNotFoundError:
         return ([], since) if since.journal == 0 else None
+    info = os.fstat(handle.fileno())
+    if since.journal not in (0, info.st_ino) or info.st_size < since.offset:
+        handle.close()
+        return None
+    end = _whole_end(handle, since.offset, info.st_size)
+    lines = _lines_in(handle, since.offset, end)
+    next(lines)  # started: closing or dropping it closes the journal, taken or not
+    return cast(Iterator[Changes], lines), Position(since.base, info.st_ino, end)  # no None now
+
+
+def _whole_end(handle: BinaryIO, start: int, size: int) -> int:
+    """Where the whole lines between `start` and `size` end (found from the end, a block
+    at a time): after the last newline, or at `size` when what follows it parses."""
+    position, tail = size, b""
+    while position > start:
+        step = min(BLOCK, position - start)
+        position -= step
+        handle.seek(position)
+        tail = handle.read(step) + tail
+        cut = tail.rfind(b"\n")
+        if cut >= 0:
+            return size if parse_line(tail[cut + 1 :]) is not None else position + cut + 1
+    return size if parse_line(tail) is not None else start
+
+
+def _lines_in(handle: BinaryIO, start: int, end: int) -> Iterator[Changes | None]:
+    """None first (`_new_lines` starts it), then the lines between `start` and `end` that
+    parse, in order, read a block at a time; the handle is closed once they are taken."""
     with handle:
-        info = os.fstat(handle.fileno())
-        if since.journal not in (0, info.st_ino) or info.st_size < since.offset:
-            return None
-        handle.seek(since.offset)
-        raw = handle.read()
-    end = raw.rfind(b"\n") + 1
-    if parse_line(raw[end:]) is not None:
-        end = len(raw)
-    return _lines_of(raw, end), Position(since.base, info.st_ino, since.offset + end)
-
-
-def _lines_of(raw: bytes, end: int) -> Iterator[Changes]:
-    """The lines of `raw[:end]` that parse, in order, each parsed when it is taken."""
-    start = 0
-    while start < end:
-        stop = raw.find(b"\n", start, end)
-        stop = end if stop < 0 else stop
-        change = parse_line(raw[start:stop])
+        yield None
+        handle.seek(start)
+        rest, left = b"", end - start
+        while left > 0 and (chunk := handle.read(min(BLOCK, left))):
+            left -= len(chunk)
+            lines = (rest + chunk).split(b"\n")  # not splitlines(): U+2028 is no line end
+            rest = lines.pop()
+            for line in lines:
+                change = parse_line(line)
+                if change is not None:
+                    yield change
+        change = parse_line(rest)
         if change is not None:
             yield change
-        start = stop + 1
