@@ -6,6 +6,7 @@ a time. What comes out is what the whole-in-memory ways gave."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,22 @@ def test_a_history_entry_copied_from_the_tasks_file_is_the_one_its_bytes_give(
     ).replace(whole.encode(), copied.encode())
     line = json.loads(_segment_line(history, copied, "tasks_at"))
     assert line["batch_id"] == copied and line["table"] == table
+
+
+def test_archiving_a_big_report_escapes_it_a_small_block_at_a_time(tmp_path: Path) -> None:
+    """orjson sets aside room for the worst case when it escapes a string (about 14 bytes a
+    character): the report is escaped a small block at a time (history.py ESCAPE_BLOCK),
+    so archiving a 12 MB report never needs tens of MB at once."""
+    report_file = tmp_path / "report.json"
+    report_file.write_bytes(b'{\n  "summary": "a \\"quoted\\" line"\n}\n' * (4 * COPY_BLOCK // 36))
+    (tmp_path / "archive").mkdir()
+    history = History(tmp_path / "archive")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        history.add({"batch_id": BATCH, "status": "emitted"}, b'{"tasks":{}}', report_file)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * COPY_BLOCK  # a 1 MB block escaped at once took 16 MB
+    assert history.report(BATCH) == report_file.read_bytes()

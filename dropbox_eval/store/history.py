@@ -35,6 +35,8 @@ Row = dict[str, Any]
 Place = tuple[int, int]  # offset and length of a line in a segment
 SEGMENT = "history.jsonl"
 COPY_BLOCK = 1 << 20  # bytes of a tasks file or a report copied into a segment at a time
+ESCAPE_BLOCK = 1 << 16  # bytes of a report escaped at a time: orjson sets aside room for
+# the worst case (about 14 bytes a character), so a 1 MB block made a 16 MB peak
 LOCATOR = "history.idx"
 
 
@@ -220,18 +222,18 @@ def _report_line(batch_id: str, report: bytes | Path) -> Iterator[bytes]:
     block at a time (a file read a block at a time): each ASCII character is escaped
     alone, so the blocks' escapes put together are the whole's."""
     yield b'{"batch_id":%b,"report":"' % dumps(batch_id)
-    for block in _blocks(report):
+    for block in _blocks(report, ESCAPE_BLOCK):
         yield dumps(block.decode("ascii"))[1:-1]
     yield b'"}\n'
 
 
-def _blocks(report: bytes | Path) -> Iterator[bytes]:
+def _blocks(report: bytes | Path, size: int) -> Iterator[bytes]:
     if isinstance(report, bytes):
-        for start in range(0, len(report), COPY_BLOCK):
-            yield report[start : start + COPY_BLOCK]
+        for start in range(0, len(report), size):
+            yield report[start : start + size]
         return
     with storage_errors(report), report.open("rb") as handle:
-        while block := handle.read(COPY_BLOCK):
+        while block := handle.read(size):
             yield block
 
 
