@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,44 @@ def memory_kib(pid: int) -> tuple[int, int]:
             if key in found:
                 found[key] = int(line.split()[1])
     return found["VmHWM:"], found["VmRSS:"]
+
+
+class RssWatch:
+    """Samples a process's VmRSS every 50 ms while its block runs: when its peak came."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = (0, 0.0)  # (KiB, wall-clock time)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> RssWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            with contextlib.suppress(OSError):
+                rss = memory_kib(self.pid)[1]
+                if rss > self.peak[0]:
+                    self.peak = (rss, time.time())
+
+
+def logged_before(log: Any, moment: float, count: int = 3) -> str:
+    """The service's last `count` log messages before `moment` (what it was doing)."""
+    log.flush()
+    log.seek(0)
+    before = []
+    for line in log:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            doc = json.loads(line)
+            if datetime.fromisoformat(doc["time"]).timestamp() <= moment:
+                before.append(str(doc["message"])[:90])
+    return " | ".join(before[-count:])
 
 
 def write_batch(path: Path, tasks: list[dict[str, Any]], form: str) -> None:
@@ -133,8 +172,9 @@ def last_result(log: Any) -> float:
     return datetime.fromisoformat(moments[-1]).timestamp()
 
 
-def run(args: Any) -> dict[str, float]:
-    """One batch through a service child; its figures."""
+def run(args: Any) -> tuple[dict[str, float], str]:
+    """One batch through a service child; its figures, and what the service logged last
+    before its RSS peaked between the last close and the report."""
     out: dict[str, float] = {}
     with SandboxForge(port=0) as forge, tempfile.TemporaryDirectory(prefix="bench-big-") as home:
         port = free_port()
@@ -194,9 +234,12 @@ def run(args: Any) -> dict[str, float]:
             out["peak_closed_kib"] = memory_kib(child.pid)[0]
             out["close_s"] = last_close - started
             report = settings.outbox_path / f"{batch_id}.json"
-            with profiling(child.pid, args.profile):
+            with profiling(child.pid, args.profile), RssWatch(child.pid) as watch:
                 wait_until(report.exists, 3600, 0.005)
-            out["report_after_last_close_s"] = time.perf_counter() - last_close
+                out["report_after_last_close_s"] = time.perf_counter() - last_close
+                time.sleep(1)  # archiving follows the delivery
+            out["close_peak_rss_kib"] = watch.peak[0]
+            peak_logged = logged_before(log, watch.peak[1])
             out["peak_kib"], out["rss_kib"] = memory_kib(child.pid)
             out["report_bytes"] = report.stat().st_size
             out["report_after_last_result_s"] = report.stat().st_mtime - last_result(log)
@@ -206,7 +249,7 @@ def run(args: Any) -> dict[str, float]:
         finally:
             child.terminate()
             child.wait(timeout=120)
-    return out
+    return out, peak_logged
 
 
 def main() -> None:
@@ -225,7 +268,7 @@ def main() -> None:
     )
     args = args_parser.parse_args()
     started = time.perf_counter()
-    out = run(args)
+    out, peak_logged = run(args)
     per_1000 = (out["peak_kib"] - out["idle_kib"]) / 1024 / (args.tasks / 1000)
     result = BenchResult("bigbatch", command_line())
     result.add("idle service RSS (baseline)", out["idle_kib"] / 1024, "MB")
@@ -273,6 +316,9 @@ def main() -> None:
             ("closed", "peak_closed_kib"),
             ("report", "peak_kib"),
         )
+    )
+    result.info["the close's RSS peak"] = (
+        f"{out['close_peak_rss_kib'] / 1024:.0f} MB, after: {peak_logged}"
     )
     result.info["phases"] = (
         f"drop -> receipt {out['receipt_s']:.1f} s; receipt -> every issue open "
