@@ -121,14 +121,10 @@ class Delivery:
 
     @contextlib.contextmanager
     def _report(self, batch: BatchRecord) -> Iterator[Document]:
-        """The report fixed at the close, where the store keeps it (one made now when none
-        was fixed: a batch that ended before reports were)."""
-        handle = self.store.open_report(batch.batch_id)
-        if handle is None:
-            yield report_document(batch, self.store.get_tasks(batch.batch_id))
-            return
-        with handle:
-            yield FixedReport(batch.batch_id, handle)
+        """`stored_report`, its file closed after the block."""
+        report = stored_report(self.store, batch)
+        with report.handle if isinstance(report, FixedReport) else contextlib.nullcontext():
+            yield report
 
     def _refused(self, batch_id: str, error: StorageUnavailable) -> None:
         """Storage refused a try: wait before the next one, and say what the error stopped
@@ -156,6 +152,16 @@ class Delivery:
     def _secret(self, batch: BatchRecord) -> str | None:
         client = self.store.get_client(batch.client_id)
         return (client.webhook_secret if client else None) or self.settings.webhook_secret
+
+
+def stored_report(store: Store, batch: BatchRecord) -> bytes | FixedReport:
+    """An ended batch's report as delivered: the one fixed at its close, where the store
+    keeps it (the caller closes its handle); one made now when none was fixed (a batch
+    that ended before reports were)."""
+    handle = store.open_report(batch.batch_id)
+    if handle is None:
+        return report_document(batch, store.get_tasks(batch.batch_id))
+    return FixedReport(batch.batch_id, handle)
 
 
 def destination(batch: BatchRecord) -> str:

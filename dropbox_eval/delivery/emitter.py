@@ -18,7 +18,7 @@ from ..protocol.batchlines import lines_bytes, report_lines
 from ..protocol.callbacks import CallbackPolicy, CallbackTarget
 from ..protocol.report import in_client_order, report_batch_id
 from ..util.canonicaljson import canonical
-from ..util.fileio import SHARED_MODE, write_atomically
+from ..util.fileio import SHARED_MODE, read_blocks, write_atomically
 from ..util.names import UNDELIVERED_DIR
 from ..util.redact import shown_url
 from .webhook import WebhookEmitter
@@ -40,8 +40,7 @@ class FixedReport:
     def blocks(self) -> Iterator[bytes]:
         """Its bytes, a block at a time."""
         self.handle.seek(0)
-        while block := self.handle.read(BLOCK):
-            yield block
+        yield from read_blocks(self.handle, BLOCK)
 
     def whole(self) -> bytes:
         """Its bytes."""

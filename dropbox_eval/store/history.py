@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import storage_errors
 from ..util import crashpoints
-from ..util.fileio import PRIVATE_MODE, make_folders
+from ..util.fileio import PRIVATE_MODE, make_folders, read_blocks
 from ..util.locks import SharedLock
 from .files import dumps, parse_lines
 from .tasks import TABLE as TASKS_TABLE
@@ -207,14 +207,13 @@ def _file_line(batch_id: str, path: Path) -> Iterator[bytes]:
     """The tasks line of a tasks file without a newline, a block at a time."""
     yield b'{"batch_id":%b,"table":' % dumps(batch_id)
     with storage_errors(path), path.open("rb") as handle:
-        while block := handle.read(COPY_BLOCK):
-            yield block
+        yield from read_blocks(handle, COPY_BLOCK)
     yield b"}\n"
 
 
 def _has_newline(path: Path) -> bool:
     with storage_errors(path), path.open("rb") as handle:
-        return any(b"\n" in block for block in iter(lambda: handle.read(COPY_BLOCK), b""))
+        return any(b"\n" in block for block in read_blocks(handle, COPY_BLOCK))
 
 
 def _report_line(batch_id: str, report: bytes | Path) -> Iterator[bytes]:
@@ -233,8 +232,7 @@ def _blocks(report: bytes | Path, size: int) -> Iterator[bytes]:
             yield report[start : start + size]
         return
     with storage_errors(report), report.open("rb") as handle:
-        while block := handle.read(size):
-            yield block
+        yield from read_blocks(handle, size)
 
 
 def _parse_places(raw: bytes, places: dict[str, Place]) -> None:

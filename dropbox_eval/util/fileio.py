@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import storage_errors
 from . import crashpoints, storage
@@ -133,6 +133,12 @@ def write_atomically(
         )
     finally:
         os.close(folder_fd)
+
+
+def read_blocks(handle: BinaryIO, size: int) -> Iterator[bytes]:
+    """What is left of an open file, `size` bytes at a time."""
+    while block := handle.read(size):
+        yield block
 
 
 def fsync_file(path: Path) -> None:

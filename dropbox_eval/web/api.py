@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..delivery.deliverer import stored_report
 from ..delivery.emitter import FixedReport
 from ..errors import (
     DropboxEvalError,
@@ -32,7 +33,7 @@ from ..ops.retention import Retention
 from ..protocol.batchfile import check_size, parse_batch, reason_of
 from ..protocol.batchlines import is_lines_media_type, parse_batch_lines, report_lines
 from ..protocol.documents import Acceptance, RetryAcceptance
-from ..protocol.report import in_client_order, report_document
+from ..protocol.report import in_client_order
 from ..store import Store
 from ..views import Views, for_client
 from .apidocs import add_offline_docs
@@ -312,10 +313,7 @@ def _report_of(store: Store, batch: BatchRecord) -> bytes | FixedReport:
             done=batch.done,
             total=batch.total,
         )
-    handle = store.open_report(batch.batch_id)
-    if handle is None:
-        return report_document(batch, store.get_tasks(batch.batch_id))
-    return FixedReport(batch.batch_id, handle)
+    return stored_report(store, batch)
 
 
 async def _body(request: Request, limit: int) -> bytes:
