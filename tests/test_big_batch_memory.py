@@ -1,12 +1,15 @@
-"""A big batch is held once: a visit that changes most of it hands over the store's tasks
-instead of its own changed copies, the journal is parsed a line at a time as the store
-catches up, and archiving copies the tasks file and the report into the history a block at
-a time. What comes out is what the whole-in-memory ways gave."""
+"""A big batch is held once: a visit lets go of each task as its change is stored and hands
+over the store's tasks at its end, instead of its own changed copies; the journal is parsed
+a line at a time as the store catches up, and archiving copies the tasks file and the
+report into the history a block at a time. What comes out is what the whole-in-memory ways
+gave."""
 
 from __future__ import annotations
 
+import gc
 import json
 import tracemalloc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -16,14 +19,14 @@ from dropbox_eval.forge.markers import opened
 from dropbox_eval.models import BatchRecord, TaskRecord, TaskStatus, utcnow
 from dropbox_eval.results.opentasks import OpenTasks
 from dropbox_eval.results.reading import ended
-from dropbox_eval.results.recording import REREAD_TASKS, VisitChanges
+from dropbox_eval.results.recording import VisitChanges
 from dropbox_eval.store.engine import TinyDBStore
 from dropbox_eval.store.files import dumps
 from dropbox_eval.store.history import COPY_BLOCK, History
 
 pytestmark = pytest.mark.tinydb_files  # the TinyDB engine's cache, journal and history
 BATCH = "20261201-000000-big"
-COUNT = REREAD_TASKS + 200
+COUNT = 1200
 
 
 def _open_batch(state: Path) -> tuple[TinyDBStore, BatchRecord]:
@@ -43,7 +46,7 @@ def _as_stored(state: Path) -> list[dict[str, object]]:
 def _visit(store: TinyDBStore, batch: BatchRecord, changed: int) -> list[TaskRecord] | None:
     """One visit that finishes the first `changed` tasks, a page of 100 at a time."""
     open_tasks = OpenTasks(store, [batch], set())
-    changes = VisitChanges(store, [BATCH], set())
+    changes = VisitChanges(store, open_tasks, set())
     for number in range(1, changed + 1):
         owner = open_tasks.get(number)
         assert owner is not None
@@ -51,14 +54,12 @@ def _visit(store: TinyDBStore, batch: BatchRecord, changed: int) -> list[TaskRec
         if number % 100 == 0:
             changes.flush()
     changes.flush()
-    after = changes.applied(BATCH, open_tasks)
+    after = changes.applied(BATCH)
     assert BATCH not in open_tasks.tasks and open_tasks.get(1) is None  # let go of
     return after
 
 
-def test_a_visit_changing_a_quarter_of_a_big_batch_hands_over_the_stored_tasks(
-    tmp_path: Path,
-) -> None:
+def test_a_visit_changing_a_big_batch_hands_over_the_stored_tasks(tmp_path: Path) -> None:
     store, batch = _open_batch(tmp_path)
     after = _visit(store, batch, COUNT // 2)
     assert after is not None
@@ -67,13 +68,41 @@ def test_a_visit_changing_a_quarter_of_a_big_batch_hands_over_the_stored_tasks(
     assert after[0].result is not None and after[0].result.summary == "verdict 1"
 
 
-def test_a_visit_changing_few_tasks_hands_over_its_changed_copies(tmp_path: Path) -> None:
+def test_a_visit_changing_few_tasks_hands_over_the_unchanged_as_read(tmp_path: Path) -> None:
     store, batch = _open_batch(tmp_path)
     before = store.get_tasks(BATCH)
     after = _visit(store, batch, 10)
     assert after is not None
     assert after[10:] == before[10:] and after[10] is before[10]  # the unchanged, as read
     assert [t.model_dump(mode="json") for t in after] == _as_stored(tmp_path)
+
+
+def test_a_visit_lets_go_of_each_task_once_its_change_is_stored(tmp_path: Path) -> None:
+    """The store renews its copy of a changed task when it is read (here by another reader
+    after each page, as a journal compaction or the API does): the visit must not keep
+    the old one, or a big batch's settling results are held twice until the visit ends."""
+    store, batch = _open_batch(tmp_path)
+    open_tasks = OpenTasks(store, [batch], set())
+    changes = VisitChanges(store, open_tasks, set())
+    old: list[weakref.ref[TaskRecord]] = []
+    for number in range(1, 301):
+        owner = open_tasks.get(number)
+        assert owner is not None
+        old.append(weakref.ref(owner[1]))
+        changes.add(owner, ended(TaskStatus.PASSED, f"verdict {number}"))
+        del owner
+        if number % 100 == 0:
+            changes.flush()
+            assert store.get_tasks(BATCH)[number - 1].status == TaskStatus.PASSED
+    gc.collect()
+    assert [ref() for ref in old] == [None] * 300  # the visit is not over: none is kept
+    kept = open_tasks.get(301)  # the unchanged ones are still the visit's
+    assert kept is not None and kept[1] is store.get_tasks(BATCH)[300]
+    after = changes.applied(BATCH)
+    assert after is not None and [t.status for t in after[299:301]] == [
+        TaskStatus.PASSED,
+        TaskStatus.OPEN,
+    ]
 
 
 def test_catching_up_a_long_journal_gives_the_tasks_a_fresh_read_gives(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -55,8 +56,9 @@ def _deliver(
 
 
 def test_bad_deliveries_are_refused_counted_and_change_nothing(
-    pushed: tuple[App, str], forge: SandboxForge
+    pushed: tuple[App, str], forge: SandboxForge, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="dropbox_eval")
     app, url = pushed
     batch_id = app.intake.submit_batch("acme", tasks(1))["batch_id"]
     repo = app.store.get_batch(batch_id).repo
@@ -77,6 +79,18 @@ def test_bad_deliveries_are_refused_counted_and_change_nothing(
     }
     assert app.nudges.take() == {repo.casefold()}  # only the good one asked for a poll
     assert app.store.get_tasks(batch_id)[0].status == TaskStatus.OPEN
+    levels = {
+        r.getMessage().split("(")[1].split(")")[0]: r.levelno
+        for r in caplog.records
+        if r.getMessage().startswith("forge webhook refused")
+    }
+    # a repo with no live batch is routine (late events of an ended batch): no warning
+    assert levels == {
+        "unsigned": logging.WARNING,
+        "bad_signature": logging.WARNING,
+        "unknown_repo": logging.DEBUG,
+        "replayed": logging.WARNING,
+    }
 
 
 def test_a_closed_issue_is_stored_by_the_webhook_without_waiting_for_a_poll_cycle(

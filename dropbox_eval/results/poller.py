@@ -120,7 +120,7 @@ class Poller(UsesForge):
         if full and not probe:
             open_tasks.load_all()
         started = utcnow() - LOCAL_CLOCK_MARGIN
-        changes = VisitChanges(self.store, [b.batch_id for b in batches], self._checked)
+        changes = VisitChanges(self.store, open_tasks, self._checked)
         unread: set[str] = set()  # batches with a result that could not be read this time
         if open_tasks.open():
             listing = _Listing(full, probe, open_count, listed)
@@ -133,7 +133,7 @@ class Poller(UsesForge):
             started = listed_at or started
         for batch in batches:
             polled_at = batch.last_polled_at if batch.batch_id in unread else started
-            now_tasks = changes.applied(batch.batch_id, open_tasks)
+            now_tasks = changes.applied(batch.batch_id)
             if now_tasks is None:  # no listed issue was its: its counters stand
                 self.store.update_batch(batch.batch_id, last_polled_at=polled_at)
                 continue
@@ -176,7 +176,8 @@ class Poller(UsesForge):
             ):
                 return _NOT_LISTED  # nothing closed or vanished, nothing settling
         listed_at = None
-        closed: dict[int, datetime | None] = {}  # open tasks' issues listed closed: closed_at
+        # open tasks' issues listed closed: (closed_at, whether no result was settling)
+        closed: dict[int, tuple[datetime | None, bool]] = {}
         if not full or listing.probe:
             self._collect_closed(
                 repo, open_tasks, since, False, unread, changes, closed=closed, repair=repair
@@ -184,8 +185,8 @@ class Poller(UsesForge):
             listed_at = self.gitea.listed_at
             unsettled -= sum(  # a closure after the count must not hide a deleted issue
                 1
-                for n, closed_at in closed.items()
-                if _unsettled(open_tasks.get(n)) and _before(closed_at, counted_at)
+                for closed_at, was_unsettled in closed.values()
+                if was_unsettled and _before(closed_at, counted_at)
             )
             if count is None or count >= unsettled:
                 return listed_at
@@ -212,7 +213,7 @@ class Poller(UsesForge):
         changes: VisitChanges,
         listed: list[ForgeIssue] | None = None,
         *,
-        closed: dict[int, datetime | None] | None = None,
+        closed: dict[int, tuple[datetime | None, bool]] | None = None,
         skip: set[int] | None = None,
         repair: bool = True,
     ) -> None:
@@ -244,14 +245,14 @@ class Poller(UsesForge):
                     if issue.state == "closed":
                         calls += 1
                         if closed is not None:
-                            closed[issue.number] = issue.closed_at
+                            closed[issue.number] = (issue.closed_at, owner[1].settling is None)
                     observe = partial(self.reader.observe, repo, owner[1], issue, _seen(owner))
                     reads.append((owner, issue.number, observe))
                 del page
                 self._record(pool, reads, calls, unread, changes)
             if not full:  # the settling ones listed since their close, not one GET each
-                settling = {n: o for n, o in open_tasks.read() if o[1].settling is not None}
-                for part in chunks(self.listing.reads(repo, settling, seen)):
+                settling = [n for n, o in open_tasks.read() if o[1].settling is not None]
+                for part in chunks(self.listing.reads(repo, settling, open_tasks.get, seen)):
                     self._record(pool, part, len(part), unread, changes)
             for part in chunks(self._unseen_reads(repo, open_tasks, seen, full)):
                 self._record(pool, part, len(part), unread, changes)
@@ -260,8 +261,9 @@ class Poller(UsesForge):
         self, repo: str, open_tasks: OpenTasks, seen: set[int], full: bool
     ) -> Iterator[_Read]:
         """Reads of the open tasks the listing did not show: each a forge call."""
-        for number, owner in open_tasks.read():
-            if number in seen:
+        for number in open_tasks.numbers():
+            owner = open_tasks.get(number)
+            if number in seen or owner is None:  # read, or let go since
                 continue
             if full:
                 yield (owner, number, partial(self._check_unseen, repo, owner[1], _seen(owner)))
@@ -340,7 +342,3 @@ def _before(moment: datetime | None, mark: datetime | None) -> bool:
 def _seen(owner: Owner) -> datetime | None:
     """The forge time up to which the listings showed the owner's batch."""
     return owner[0].last_polled_at
-
-
-def _unsettled(owner: Owner | None) -> bool:
-    return owner is not None and owner[1].settling is None

@@ -26,7 +26,7 @@ costs one timeline read per issue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal
@@ -57,25 +57,33 @@ class SettlingListing(UsesForge):
         self.reader = reader
         self.mode: Mode = "auto"
 
-    def reads(self, repo: str, settling: Mapping[int, Owner], seen: set[int]) -> Iterator[Read]:
-        """The reading of each settling task (issue number -> owner) the repo's issues
-        listing since their oldest close shows, in the listing's order; each issue read
-        is added to `seen`. Nothing when the GETs are cheaper; a forge error ends the
-        listing (the tasks it did not show are then read on their own, as before)."""
-        settling = {number: owner for number, owner in settling.items() if number not in seen}
-        if not settling or self.mode == "never":
+    def reads(
+        self,
+        repo: str,
+        settling: list[int],
+        owner_of: Callable[[int], Owner | None],
+        seen: set[int],
+    ) -> Iterator[Read]:
+        """The reading of each settling task (its issue number in `settling`, its owner
+        looked up with `owner_of` when its turn comes: the visit lets go of a task once its
+        change is stored) the repo's issues listing since their oldest close shows, in the
+        listing's order; each issue read is added to `seen`. Nothing when the GETs are
+        cheaper; a forge error ends the listing (the tasks it did not show are then read on
+        their own, as before)."""
+        wanted = {number for number in settling if number not in seen}
+        if not wanted or self.mode == "never":
             return
-        since = min(_changed_since(owner[1]) for owner in settling.values()) - OVERLAP
+        since = min(_changed_since(owner_of, number) for number in wanted) - OVERLAP
         gitea = self.gitea
         kept = gitea.listed_at  # the visit's listing time: each reading is judged by it
         try:
-            if self.mode == "auto" and not self._cheaper(repo, since, len(settling)):
+            if self.mode == "auto" and not self._cheaper(repo, since, len(wanted)):
                 return
             issues = gitea.iter_issues(
                 repo, state="all", labels=self.settings.task_label, since=since
             )
             for issue in issues:
-                owner = settling.get(issue.number)
+                owner = owner_of(issue.number) if issue.number in wanted else None
                 if owner is None or issue.number in seen:
                     continue
                 seen.add(issue.number)
@@ -101,9 +109,10 @@ class SettlingListing(UsesForge):
         return self.reader.observe(repo, task, issue)
 
 
-def _changed_since(task: TaskRecord) -> datetime:
-    """A time at or before the issue's `updated_at` as the task last saw it: its close
+def _changed_since(owner_of: Callable[[int], Owner | None], number: int) -> datetime:
+    """A time at or before the issue's `updated_at` as its task last saw it: its close
     (a reading's `changed_at` may be a comment's edit, which leaves `updated_at` alone)."""
-    settling = task.settling
+    owner = owner_of(number)
+    settling = owner[1].settling if owner is not None else None
     assert settling is not None
     return min(settling.changed_at, settling.closed_at or settling.changed_at)

@@ -98,8 +98,15 @@ class WebhookReceiver:
         with self._lock:
             self.counts[outcome] += 1
         if status >= 400:
-            log.warning(
-                "forge webhook refused (%s), delivery %s", outcome, _delivery_id(headers) or "-"
+            # a signed delivery about a repo with no live batch is routine (the forge's
+            # events about a batch that just ended: about three per issue); counted, and
+            # logged at debug, not a warning per delivery
+            level = logging.DEBUG if outcome == "unknown_repo" else logging.WARNING
+            log.log(
+                level,
+                "forge webhook refused (%s), delivery %s",
+                outcome,
+                _delivery_id(headers) or "-",
             )
         return status, outcome
 
