@@ -181,3 +181,50 @@ def test_a_catch_up_of_many_changes_gives_the_tasks_as_read_afresh(
     read = store.get_tasks(BATCH)
     assert read == _as_read_afresh(tmp_path)
     assert read[3].status == TaskStatus.MISSING and read[4].issue_number == 5
+
+
+def test_a_readers_own_writes_reach_its_tasks_without_reading_the_journal_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A results visit writes a page of results at a time and reads the batch at its end:
+    the kept tasks take each line as it is written, so that read has nothing to catch up;
+    a line another process wrote in between is caught up from the journal as before."""
+    store = _new_batch(tmp_path)
+    store.get_tasks(BATCH)  # kept
+    parsed: list[bytes] = []
+    real = files.parse_line
+
+    def counted(line: bytes) -> dict[str, object] | None:
+        if line:
+            parsed.append(line)
+        return real(line)
+
+    monkeypatch.setattr("dropbox_eval.store.tasks.parse_line", counted)
+    for page in range(5):
+        store.update_tasks(
+            BATCH,
+            {f"t{n}": opened(n, f"http://f/{n}") for n in range(page * 50 + 1, page * 50 + 51)},
+        )
+    assert store.get_tasks(BATCH)[249].issue_number == 250
+    assert parsed == []  # nothing read back from the journal
+    TinyDBStore(tmp_path).update_tasks(BATCH, {"t1": {"status": TaskStatus.MISSING}})
+    store.update_tasks(BATCH, {"t2": {"status": TaskStatus.MISSING}})  # not next to its own
+    assert [t.status for t in store.get_tasks(BATCH)[:3]] == [
+        TaskStatus.MISSING,
+        TaskStatus.MISSING,
+        TaskStatus.OPEN,
+    ]
+    assert parsed  # the other process's line was read from the journal
+    assert store.get_tasks(BATCH) == _as_read_afresh(tmp_path)
+
+
+def test_a_write_reaches_the_kept_tasks_as_other_readers_read_it(tmp_path: Path) -> None:
+    """What the journal keeps of a value is what the kept tasks take: a NaN in a lane's
+    details is written as null, so the writer's own tasks say null too, not NaN."""
+    store = _new_batch(tmp_path)
+    store.get_tasks(BATCH)
+    details = {"score": float("nan"), "ok": True}
+    store.update_tasks(BATCH, {"t1": {"result": {"summary": "s", "details": details}}})
+    mine = store.get_tasks(BATCH)[0].result
+    assert mine is not None and mine.details == {"score": None, "ok": True}
+    assert store.get_tasks(BATCH) == _as_read_afresh(tmp_path)

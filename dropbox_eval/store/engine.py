@@ -199,7 +199,7 @@ class TinyDBStore(
             for task_id, fields in changes.items()
         }
         with self.record_locked(batch_id):
-            self.tasks.append(batch_id, encoded)
+            self.parsed_tasks.append(batch_id, encoded)
 
     def update_batch(
         self,

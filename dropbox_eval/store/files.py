@@ -12,6 +12,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,22 +131,38 @@ def read_table(path: Path, table: str) -> list[dict[str, Any]]:
     return [rows[key] for key in sorted(rows, key=int)]
 
 
-def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
-    """Append one JSON line per document and fsync (a line a crash cut short is closed)."""
-    if not docs:
-        return
+def append_lines(path: Path, docs: list[dict[str, Any]]) -> Spot | None:
+    """Append one JSON line per document and fsync (a line a crash cut short is closed);
+    where they went (None: nothing to append)."""
+    return append_raw(path, [dumps(d) for d in docs]) if docs else None
+
+
+def append_raw(path: Path, lines: list[bytes]) -> Spot:
+    """Append `lines` (JSON, each without its newline) and fsync; where they went."""
     with storage_errors(path):
         make_folders(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_MODE)
         with os.fdopen(fd, "a+b") as handle:
-            if handle.tell() > 0:
-                handle.seek(handle.tell() - 1)
+            start = handle.tell()
+            if start > 0:
+                handle.seek(start - 1)
                 if handle.read(1) != b"\n":  # finish a line a crash cut short
                     handle.write(b"\n")
-            handle.write(b"".join(dumps(d) + b"\n" for d in docs))
+            handle.write(b"".join(line + b"\n" for line in lines))
             handle.flush()
             os.fsync(handle.fileno())
+            spot = Spot(os.fstat(handle.fileno()).st_ino, start, handle.tell())
     crashpoints.wrote(path.name)
+    return spot
+
+
+@dataclass(frozen=True)
+class Spot:
+    """Where an append went: the file's inode, its size before, and its size after."""
+
+    inode: int
+    start: int
+    end: int
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

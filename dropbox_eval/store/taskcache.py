@@ -19,6 +19,7 @@ from typing import Any
 
 from ..models import BATCH_WIDE_TASK_FIELDS, TaskRecord
 from ..util.compact import compacted
+from .files import parse_line
 from .tasks import Changes, Position, TaskFiles
 
 CACHED_TASKS = 20_000  # tasks kept parsed (memory-bounded; the newest batch always stays)
@@ -99,6 +100,21 @@ class ParsedTasks:
         if base is not None:
             index = {task.task_id: place for place, task in enumerate(tasks)}
             self._keep(batch_id, _Kept(Position(base), list(tasks), index))
+
+    def append(self, batch_id: str, changes: Changes) -> None:
+        """Journal `changes` (tasks.py `append`); a kept batch read up to just before the
+        line takes it as written, not read back: its readers, and the visit that wrote it,
+        then find it caught up. The caller holds the record lock."""
+        appended = self.files.append(batch_id, changes)
+        if appended is None:
+            return
+        with self._readers[zlib.crc32(batch_id.encode()) % READ_STRIPES]:
+            with self._lock:
+                kept = self._kept.get(batch_id)
+            if kept is not None and appended.follows(kept.position):
+                written = parse_line(appended.line)  # as every other reader will see it
+                kept.apply([written] if written is not None else [])
+                kept.position = appended.after
 
     def compact(self, batch_id: str) -> None:
         """Fold the batch's journal into its base (tasks.py `compact`), from the tasks kept

@@ -24,7 +24,8 @@ from pydantic import BaseModel
 from ..util import crashpoints
 from ..util.fileio import make_folders, write_atomically
 from .files import (
-    append_lines,
+    append_raw,
+    dumps,
     parse_line,
     read_lines,
     read_table,
@@ -49,6 +50,23 @@ class Position:
     base: Identity
     journal: int = 0
     offset: int = 0
+
+
+@dataclass(frozen=True)
+class Appended:
+    """One journal line as written: the position of a reader that had read everything
+    before it, the position after it, and its bytes."""
+
+    before: Position
+    after: Position
+    line: bytes
+
+    def follows(self, position: Position) -> bool:
+        """Whether a reader at `position` read everything before this line and nothing
+        after (a reader of an absent journal counts when the line began the file)."""
+        return position == self.before or (
+            self.before.offset == 0 and position == Position(self.before.base)
+        )
 
 
 class TaskFiles:
@@ -128,14 +146,21 @@ class TaskFiles:
             return None  # compacted while the journal was read
         return found
 
-    def append(self, batch_id: str, changes: Changes) -> None:
+    def append(self, batch_id: str, changes: Changes) -> Appended | None:
         """Journal the changed tasks; fold the journal in once it outgrows the base.
-        The caller holds the batch's record lock."""
+        Where the line went, as written (None when the journal was folded in). The caller
+        holds the batch's record lock."""
         base = self.base(batch_id)
-        journal = self.journal(base)
-        append_lines(journal, [changes])
-        if journal.stat().st_size > max(base.stat().st_size, MIN_COMPACT_BYTES):
+        identity = _identity(base)
+        line = dumps(changes)
+        spot = append_raw(self.journal(base), [line])
+        if identity is None:  # no base: nothing to fold the journal into, nor to follow
+            return None
+        if spot.end > max(identity[1], MIN_COMPACT_BYTES):
             self.compactor(batch_id)
+            return None
+        before = Position(identity, spot.inode, spot.start)
+        return Appended(before, Position(identity, spot.inode, spot.end), line)
 
     def compact(self, batch_id: str) -> Path:
         """Fold the journal into the base; returns the base. The caller holds the record lock."""
