@@ -13,10 +13,12 @@ import weakref
 from pathlib import Path
 
 import pytest
-from conftest import stored_tasks
+from conftest import stored_tasks, tasks
 
+from dropbox_eval.app import build_app
+from dropbox_eval.config import Settings
 from dropbox_eval.forge.markers import opened
-from dropbox_eval.models import BatchRecord, TaskRecord, TaskStatus, utcnow
+from dropbox_eval.models import BatchFile, BatchRecord, TaskRecord, TaskStatus, utcnow
 from dropbox_eval.results.opentasks import OpenTasks
 from dropbox_eval.results.reading import ended
 from dropbox_eval.results.recording import VisitChanges
@@ -103,6 +105,34 @@ def test_a_visit_lets_go_of_each_task_once_its_change_is_stored(tmp_path: Path) 
         TaskStatus.PASSED,
         TaskStatus.OPEN,
     ]
+
+
+def test_the_opener_lets_go_of_each_task_record_as_its_issue_is_recorded(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store renews a task's record as its issue number is written (the task cache
+    takes its own writes): an opener holding the records it read held a 50,000-task
+    intake twice. It holds only what each create sends (the spec, shared)."""
+    monkeypatch.setattr("dropbox_eval.intake.opening.FLUSH_SECONDS", 0.0)  # every answer
+    app = build_app(settings)
+    app.billing.add_client("acme", 100)
+    batch = BatchFile.model_validate({"client_id": "acme", "tasks": tasks(40)})
+    batch_id = app.intake.accept(batch, "acme", open_now=False)["batch_id"]
+    records = {t.task_id: weakref.ref(t) for t in app.store.get_tasks(batch_id)}
+    recorded: set[str] = set()
+    still_held: list[int] = []
+    real = app.store.update_tasks
+
+    def recording(batch: str, changes: dict[str, dict[str, object]]) -> None:
+        real(batch, changes)
+        recorded.update(changes)
+        gc.collect()
+        still_held.append(sum(records[task_id]() is not None for task_id in recorded))
+
+    monkeypatch.setattr(app.store, "update_tasks", recording)
+    assert app.intake.open_issues(batch_id) == 40
+    assert len(still_held) > 2 and recorded == set(records)  # recorded a few at a time
+    assert still_held == [0] * len(still_held)  # the opener held none of the old records
 
 
 def test_catching_up_a_long_journal_gives_the_tasks_a_fresh_read_gives(tmp_path: Path) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from ..models import BatchRecord, TaskRecord, TaskSpec, TaskStatus
+from ..models import BatchRecord, TaskSpec, TaskStatus
 from .client import ForgeIssue, GiteaClient
 
 log = logging.getLogger("dropbox_eval")
@@ -54,10 +55,10 @@ def read_marker(body: str) -> tuple[str, str] | None:
 
 
 def find_marked(
-    gitea: GiteaClient, batch: BatchRecord, pending: list[TaskRecord], label: str
+    gitea: GiteaClient, batch: BatchRecord, task_ids: Iterable[str], label: str
 ) -> dict[str, ForgeIssue]:
     """The issues an interrupted attempt created for these tasks, by their marker."""
-    wanted = {t.task_id for t in pending}
+    wanted = set(task_ids)
     found: dict[str, ForgeIssue] = {}
     for issue in gitea.iter_issues(batch.repo, labels=label, since=batch.created_at - ADOPT_MARGIN):
         marked = read_marker(issue.body)

@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import copy_context
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..config import Settings
 from ..errors import ForgeError, ForgeRetryable
 from ..forge.client import ForgeIssue, GiteaClient, UsesForge
 from ..forge.markers import find_marked, issue_body, opened
 from ..forge.scheduler import on_behalf_of
-from ..models import BatchRecord, BatchStatus, TaskRecord, TaskStatus
+from ..models import BatchRecord, BatchStatus, TaskRecord, TaskSpec, TaskStatus
 from ..store import Store
 from ..util import crashpoints
 
@@ -81,13 +81,13 @@ class IssueOpener(UsesForge):
                 tasks = None
                 if batch.open_clean:
                     batch = self.store.update_batch(batch_id, open_clean=False)
-            tasks = tasks or self.store.get_tasks(batch_id)
-            return self._open_leased(batch, tasks, fresh, adopt)
+            pending = _unopened(tasks or self.store.get_tasks(batch_id))
+            del tasks  # the opener holds only what it sends: see _unopened
+            return self._open_leased(batch, pending, fresh, adopt)
 
     def _open_leased(
-        self, batch: BatchRecord, tasks: list[TaskRecord], fresh: bool, adopt: bool
+        self, batch: BatchRecord, pending: list[Unopened], fresh: bool, adopt: bool
     ) -> int:
-        pending = [t for t in tasks if t.issue_number is None and t.status == TaskStatus.PENDING]
         created: dict[str, int] = {}
         if pending:  # reaching the end below means every pending task now has its issue
             gitea = self.gitea
@@ -96,7 +96,9 @@ class IssueOpener(UsesForge):
                 batch.repo, self.settings.task_label, LABEL_COLOR, new=new_repo
             )
             if adopt:  # an earlier attempt may have created some before it stopped
-                found = find_marked(gitea, batch, pending, self.settings.task_label)
+                found = find_marked(
+                    gitea, batch, (t.task_id for t in pending), self.settings.task_label
+                )
                 self.store.update_tasks(
                     batch.batch_id, {k: opened(i.number, i.html_url) for k, i in found.items()}
                 )
@@ -107,7 +109,7 @@ class IssueOpener(UsesForge):
         return len(created)
 
     def _create_all(
-        self, batch: BatchRecord, tasks: list[TaskRecord], label_id: int
+        self, batch: BatchRecord, tasks: list[Unopened], label_id: int
     ) -> dict[str, int]:
         """Create issues with bounded concurrency and a bounded queue; progress is stored
         every few seconds (a crash in between is repaired by adoption, not by a flush)."""
@@ -179,6 +181,24 @@ class IssueOpener(UsesForge):
         self.store.update_tasks(batch.batch_id, unsaved)
         unsaved.clear()
         return clean
+
+
+class Unopened(NamedTuple):
+    """A task whose issue is to be created: what the create sends, and no more."""
+
+    task_id: str
+    payload: TaskSpec
+
+
+def _unopened(tasks: list[TaskRecord]) -> list[Unopened]:
+    """The tasks without an issue yet. Not the task records: each is renewed in the store
+    as its issue is recorded, and an opener holding the old ones through a 50,000-task
+    intake held the batch twice (their specs are shared, so these cost a tuple each)."""
+    return [
+        Unopened(t.task_id, t.payload)
+        for t in tasks
+        if t.issue_number is None and t.status == TaskStatus.PENDING
+    ]
 
 
 def _not_done(error: ForgeError) -> bool:

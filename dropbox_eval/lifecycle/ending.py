@@ -199,7 +199,9 @@ class Lifecycle(UsesForge):
         pending = [t for t in tasks if t.status == TaskStatus.PENDING]
         if pending:  # two labels of one name would hide every issue from the adoption
             self.gitea.repair_label(batch.repo, self.settings.task_label)
-            found = find_marked(self.gitea, batch, pending, self.settings.task_label)
+            found = find_marked(
+                self.gitea, batch, (t.task_id for t in pending), self.settings.task_label
+            )
             self.store.update_tasks(
                 batch_id, {k: opened(i.number, i.html_url) for k, i in found.items()}
             )
