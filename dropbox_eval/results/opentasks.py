@@ -83,9 +83,10 @@ class OpenTasks:
         return tasks
 
     def _forget(self, task: TaskRecord) -> None:
-        owner = self._by_number.get(task.issue_number or 0)
+        number = task.issue_number or 0
+        owner = self._by_number.get(number)
         if owner is not None and owner[1] is task:
-            del self._by_number[task.issue_number or 0]
+            del self._by_number[number]
 
     def load_all(self) -> None:
         """Read every batch's tasks: a listing of the whole repo is coming."""

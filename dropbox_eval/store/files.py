@@ -131,10 +131,10 @@ def read_table(path: Path, table: str) -> list[dict[str, Any]]:
     return [rows[key] for key in sorted(rows, key=int)]
 
 
-def append_lines(path: Path, docs: list[dict[str, Any]]) -> Spot | None:
-    """Append one JSON line per document and fsync (a line a crash cut short is closed);
-    where they went (None: nothing to append)."""
-    return append_raw(path, [dumps(d) for d in docs]) if docs else None
+def append_lines(path: Path, docs: list[dict[str, Any]]) -> None:
+    """Append one JSON line per document and fsync (a line a crash cut short is closed)."""
+    if docs:
+        append_raw(path, [dumps(d) for d in docs])
 
 
 def append_raw(path: Path, lines: list[bytes]) -> Spot:

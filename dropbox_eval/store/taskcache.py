@@ -83,7 +83,7 @@ class ParsedTasks:
     def get(self, batch_id: str) -> list[TaskRecord] | None:
         """The batch's tasks as they are now, in file order (a new list, whose tasks the
         caller must not change in place); None when it has no tasks file."""
-        with self._readers[zlib.crc32(batch_id.encode()) % READ_STRIPES]:
+        with self._reader(batch_id):
             with self._lock:
                 kept = self._kept.get(batch_id)
             if kept is not None:
@@ -108,12 +108,11 @@ class ParsedTasks:
         appended = self.files.append(batch_id, changes)
         if appended is None:
             return
-        with self._readers[zlib.crc32(batch_id.encode()) % READ_STRIPES]:
+        with self._reader(batch_id):
             with self._lock:
                 kept = self._kept.get(batch_id)
             if kept is not None and appended.follows(kept.position):
-                written = parse_line(appended.line)  # as every other reader will see it
-                kept.apply([written] if written is not None else [])
+                kept.apply([parse_line(appended.line) or {}])  # as every other reader sees it
                 kept.position = appended.after
 
     def compact(self, batch_id: str) -> None:
@@ -121,7 +120,7 @@ class ParsedTasks:
         here when they can be brought to the journal's end: written from the models, not
         parsed again, and kept as the new base's. The caller holds the record lock, so
         nothing is appended meanwhile."""
-        with self._readers[zlib.crc32(batch_id.encode()) % READ_STRIPES]:
+        with self._reader(batch_id):
             with self._lock:
                 kept = self._kept.get(batch_id)
             if kept is not None and self._catch_up(kept, batch_id):
@@ -162,6 +161,10 @@ class ParsedTasks:
             self._count += len(kept.tasks)
             while len(self._kept) > 1 and self._count > self.limit:
                 self._drop(next(iter(self._kept)))
+
+    def _reader(self, batch_id: str) -> threading.Lock:
+        """The batch's reader stripe: one reader per batch brings it up to date."""
+        return self._readers[zlib.crc32(batch_id.encode()) % READ_STRIPES]
 
     def forget(self, batch_id: str) -> None:
         """Drop a batch's tasks (it left the live folders)."""
