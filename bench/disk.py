@@ -15,14 +15,17 @@ limit and against a raw `requests` loop making the same forge calls, in one run.
    (one repo per batch: repo + label + issue; shared: the repo and label once, then the
    issue), against a fresh forge of the same kind; drops/s.
 
-Each for one repo per batch and a shared repo (SAAS_EVAL_REPO). Targets: product / raw
+Each for one repo per batch and a shared repo (SAAS_EVAL_REPO). Beside the service's CPU
+a drop: its user and system parts, the context switches, the intake threads' share and the
+store lock's share of the burst (_anatomy.py); `--anatomy` adds the intake path alone, to
+its receipts with no issue opened. Targets: product / raw
 loop >= 0.8 (per-batch) and >= 0.5 (shared); fsyncs per drop to the receipt <= 3. With
 `--postgres` the service's store is a private, durable PostgreSQL cluster (bench/_pgserver.py,
 on the same disk) instead of the state folder: the fsyncs counted are then the service's
 own (its files), the database's are its server's.
 
     python bench/disk.py [--drops 500] [--clients 50] [--writers 4] [--raw-threads 8]
-                         [--postgres] [--quick] [--json]
+                         [--postgres] [--anatomy] [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _anatomy import Anatomy, describe, issues_off, machine_cpu, watching
 from _common import BenchResult, command_line, emit, make_tasks, parser
 from _forge import ForgeProcess
 from _pgserver import durable_cluster, server_note
@@ -57,9 +61,10 @@ FSYNC_TARGET = 3.0
 DROP_BYTES = 600  # about a one-task drop's state
 
 
-def fsync_loop(folder: Path, writers: int, drops: int) -> float:
+def fsync_loop(folder: Path, writers: int, drops: int) -> tuple[float, float]:
     """Drops/s of `writers` threads each writing files durably: temp, fsync, rename, fsync
-    the folder (the least a durable drop costs)."""
+    the folder (the least a durable drop costs), and the CPU seconds each write cost (this
+    process's, nearly all the kernel's)."""
     payload = os.urandom(DROP_BYTES)
     folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
 
@@ -75,10 +80,10 @@ def fsync_loop(folder: Path, writers: int, drops: int) -> float:
         os.fsync(folder_fd)
 
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         with ThreadPoolExecutor(max_workers=writers) as pool:
             list(pool.map(write, range(drops)))
-        return drops / (time.perf_counter() - start)
+        return drops / (time.perf_counter() - start), (time.process_time() - cpu) / drops
     finally:
         os.close(folder_fd)
 
@@ -160,6 +165,7 @@ class Burst:
     to_issues: float
     cpu: float
     calls: Syscalls
+    anatomy: Anatomy | None = None
 
     def per_drop(self, table: Counter[str], *kinds: str) -> float:
         """Calls of `kinds` (all but the bench's own when none) per drop."""
@@ -177,15 +183,19 @@ def receipts(folders: list[Path]) -> int:
     return total
 
 
-def product(drops: int, clients: int, shared: bool, database: str | None = None) -> Burst:
+def product(
+    drops: int, clients: int, shared: bool, database: str | None = None, *, issues: bool = True
+) -> Burst:
     """`drops` one-task drops renamed at once into a running service's inbox (its store
-    on `database` when given)."""
+    on `database` when given), timed to the last issue; without `issues`, to the last
+    receipt, no issue opened. Where the time goes is taken too (_anatomy.py)."""
     names = [f"c{n:03d}" for n in range(clients)]
     with ForgeProcess() as forge:
         extra: dict[str, Any] = {"repo": f"{forge.user}/shared-disk"} if shared else {}
         if database is not None:
             extra["database_url"] = database
-        with running(forge, names, **extra) as run:
+        off = contextlib.nullcontext() if issues else issues_off()  # before the service binds it
+        with off, running(forge, names, **extra) as run:
             folders = [run.inbox(name) for name in names]
             parts = [
                 write_part(
@@ -196,18 +206,36 @@ def product(drops: int, clients: int, shared: bool, database: str | None = None)
                 for i in range(drops)
             ]
             forge.clear_requests()
-            with counting() as calls:
+            with counting() as calls, watching() as anatomy:
                 cpu = time.process_time()
                 start = min(rename_in(part) for part in parts)
                 wait_until(lambda: receipts(folders) >= drops, pause=0.05)
-                to_receipts = time.perf_counter() - start
-                wait_until(lambda: created(forge.requests("/issues")) >= drops, pause=0.25)
-                to_issues = time.perf_counter() - start
+                to_receipts = to_issues = time.perf_counter() - start
+                if issues:
+                    wait_until(lambda: created(forge.requests("/issues")) >= drops, pause=0.25)
+                    to_issues = time.perf_counter() - start
                 cpu = time.process_time() - cpu
-    return Burst(drops, to_receipts, to_issues, cpu, calls)
+    return Burst(drops, to_receipts, to_issues, cpu, calls, anatomy)
 
 
-def raw_drops(drops: int, threads: int, shared: bool) -> float:
+@dataclass
+class Disk:
+    """The fsync loop: its writes/s and the CPU seconds a write."""
+
+    rate: float
+    cpu: float
+
+
+@dataclass
+class Raw:
+    """The raw loop: its drops/s, and the machine's CPU seconds a drop (client and forge)."""
+
+    rate: float
+    machine_cpu: float
+    client_cpu: float  # this process's (the requests loop's) share of it
+
+
+def raw_drops(drops: int, threads: int, shared: bool) -> Raw:
     """Drops/s of a requests loop making each drop's forge calls (per-batch: repo, label,
     issue; shared: the repo and label once, then an issue per drop)."""
     with ForgeProcess() as forge:
@@ -236,29 +264,31 @@ def raw_drops(drops: int, threads: int, shared: bool) -> float:
                 json={"title": task["title"], "body": body, "labels": [label]},
             ).raise_for_status()
 
-        start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=threads) as pool:
+        start, client = time.perf_counter(), time.process_time()
+        with machine_cpu() as busy, ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(one, range(drops)))
-        return drops / (time.perf_counter() - start)
+        seconds, client = time.perf_counter() - start, time.process_time() - client
+        return Raw(drops / seconds, busy[0] / drops, client / drops)
 
 
-def add_mode(result: BenchResult, mode: str, run: Burst, raw: float, disk: float) -> None:
+def add_mode(result: BenchResult, mode: str, run: Burst, raw: Raw, disk: Disk) -> None:
     target = PER_BATCH_TARGET if mode == "per-batch" else SHARED_TARGET
     rate = run.drops / run.to_issues
     result.add(
         f"{mode}: product drops/s (rename -> last issue) / raw requests loop",
-        rate / raw,
+        rate / raw.rate,
         "x",
         f">= {target}",
-        rate / raw >= target,
-        note=f"{rate:.1f} vs {raw:.1f} drops/s",
+        rate / raw.rate >= target,
+        note=f"{rate:.1f} vs {raw.rate:.1f} drops/s",
     )
+    add_budget(result, mode, run, raw, disk, target)
     receipt_rate = run.drops / run.to_receipts
     result.add(
         f"{mode}: product drops/s (rename -> last receipt) / the disk's fsync loop",
-        receipt_rate / disk,
+        receipt_rate / disk.rate,
         "x",
-        note=f"{receipt_rate:.1f} vs {disk:.1f} drops/s",
+        note=f"{receipt_rate:.1f} vs {disk.rate:.1f} drops/s",
     )
     fsyncs = run.per_drop(run.calls.fsyncs, "receipt")
     result.add(
@@ -276,6 +306,40 @@ def add_mode(result: BenchResult, mode: str, run: Burst, raw: float, disk: float
         f"{mode}: service CPU per drop (rename -> last issue)",
         run.cpu / run.drops * 1000,
         "ms",
+        note=describe(run.anatomy, run.drops),
+    )
+
+
+def add_budget(
+    result: BenchResult, mode: str, run: Burst, raw: Raw, disk: Disk, target: float
+) -> None:
+    """The most CPU a drop may cost the service for the target rate on this machine: its
+    cores at that rate, less what the forge spends on the same calls; of it, the raw
+    client's own calls and one durable file (the receipt) cannot be saved."""
+    cores = os.cpu_count() or 1
+    forge = raw.machine_cpu - raw.client_cpu
+    budget = cores / (target * raw.rate) - forge
+    spent = run.cpu / run.drops
+    left = budget - raw.client_cpu - disk.cpu
+    result.add(
+        f"{mode}: service CPU a drop at most, for the target on {cores} cores",
+        budget * 1000,
+        "ms",
+        note=f"measured {spent * 1000:.1f} ms ({spent / budget:.1f} x); of the budget the "
+        f"raw client's calls take {raw.client_cpu * 1000:.1f} ms and one durable file "
+        f"{disk.cpu * 1000:.1f} ms, {left * 1000:.1f} ms left to read, check and record a drop",
+    )
+
+
+def add_intake_alone(result: BenchResult, mode: str, run: Burst, raw: Raw) -> None:
+    """The intake path alone (no issue opened): its drops/s to the receipts, its CPU."""
+    rate = run.drops / run.to_receipts
+    result.add(
+        f"{mode}: intake alone, no issue opened: drops/s (rename -> last receipt)",
+        rate,
+        "drops/s",
+        note=f"{rate / raw.rate:.2f} x the raw loop; {run.cpu / run.drops * 1000:.1f} ms CPU a "
+        f"drop: {describe(run.anatomy, run.drops)}",
     )
 
 
@@ -289,17 +353,21 @@ def main() -> None:
     args_parser.add_argument(
         "--postgres", action="store_true", help="the store on a private durable PostgreSQL"
     )
+    args_parser.add_argument(
+        "--anatomy", action="store_true", help="also the intake path alone, no issue opened"
+    )
     args = args_parser.parse_args()
     if args.quick:
         args.drops, args.clients = 100, 10
     started = time.perf_counter()
     result = BenchResult("disk", command_line())
     with tempfile.TemporaryDirectory(prefix="bench-disk-") as folder:
-        disk = fsync_loop(Path(folder), args.writers, args.drops)
+        disk = Disk(*fsync_loop(Path(folder), args.writers, args.drops))
     result.add(
         f"the disk's limit: {args.writers} writers, temp + fsync + rename + fsync folder",
-        disk,
+        disk.rate,
         "drops/s",
+        note=f"{disk.cpu * 1000:.2f} ms CPU a write (nearly all the kernel's)",
     )
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(durable_cluster()) if args.postgres else None
@@ -308,6 +376,10 @@ def main() -> None:
             database = cluster.fresh_url() if cluster is not None else None
             run = product(args.drops, args.clients, shared, database)
             add_mode(result, mode, run, raw, disk)
+            if args.anatomy:
+                database = cluster.fresh_url() if cluster is not None else None
+                alone = product(args.drops, args.clients, shared, database, issues=False)
+                add_intake_alone(result, mode, alone, raw)
         if cluster is not None:
             result.info["store"] = server_note(cluster)
     result.info["setup"] = (
