@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import forkrun
 from conftest import Receiver, settings_on, tasks
 from helpers import finish_issues
 
@@ -93,14 +92,7 @@ class World:
 
     def command(self, *args: str, crash: str | None = None) -> bool:
         """Run `dropbox-eval ARGS` in a child; True when a crash point killed it."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "dropbox_eval", *args],
-            env=self.env(crash),
-            capture_output=True,
-            text=True,
-            timeout=PASS_TIMEOUT,
-            check=False,
-        )
+        proc = forkrun.run(list(args), self.env(crash), PASS_TIMEOUT)
         if proc.returncode == -signal.SIGKILL:
             self.kills.append(proc.stderr.strip().splitlines()[-1])
             return True

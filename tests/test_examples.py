@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
+import forkrun
 import pytest
 from conftest import Cli, isolated_cli, read_json, running, settings_on, wait_for
 
@@ -26,17 +25,10 @@ INVALID = sorted((ROOT / "examples" / "invalid").glob("*.json"))
 TASK_COUNTS = {"minimal": 1, "callback": 2, "acceptance": 2, "large": 1000}
 
 
-def validate(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
+def validate(*args: str, cwd: Path = ROOT, **env: str) -> forkrun.Finished:
     """`dropbox-eval validate ARGS` as a client runs it: no SAAS_EVAL_ setting but `env`."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
-    return subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "validate", *args],
-        cwd=cwd,
-        env=clean | env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return forkrun.run(["validate", *args], clean | env, 120, cwd=cwd)
 
 
 def expected(path: Path) -> list[str]:

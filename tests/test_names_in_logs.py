@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import unicodedata
 from pathlib import Path
 
+import forkrun
 import pytest
 from conftest import read_json, tasks
 
@@ -36,17 +35,11 @@ HOSTILE = {
 }
 
 
-def run_once(home: Path, log_format: str, **env: str) -> subprocess.CompletedProcess[str]:
+def run_once(home: Path, log_format: str, **env: str) -> forkrun.Finished:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SAAS_EVAL_", "SANDBOX_"))}
     clean |= {"SAAS_EVAL_HOME": str(home), "SAAS_EVAL_QUIET_PERIOD": "0.1", **env}
     clean["SAAS_EVAL_LOG_FORMAT"] = log_format
-    return subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "run", "--once", "--sandbox"],
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return forkrun.run(["run", "--once", "--sandbox"], clean, 120)
 
 
 def drop_hostile_names(home: Path) -> list[Path]:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import psycopg
 import pytest
 import requests
@@ -191,18 +192,12 @@ def test_a_pause_on_one_node_pauses_every_node(pg_cluster: Cluster, tmp_path: Pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")}
 
     def on(node: str, *args: str) -> Any:
-        done = subprocess.run(
-            [sys.executable, "-m", "dropbox_eval", *args, "--json"],
-            env=env
-            | {
-                "SAAS_EVAL_HOME": str(tmp_path),
-                "SAAS_EVAL_STATE_DIR": str(tmp_path / f"state-{node}"),
-                "SAAS_EVAL_DATABASE_URL": url,
-            },
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        state = {
+            "SAAS_EVAL_HOME": str(tmp_path),
+            "SAAS_EVAL_STATE_DIR": str(tmp_path / f"state-{node}"),
+            "SAAS_EVAL_DATABASE_URL": url,
+        }
+        done = forkrun.run([*args, "--json"], env | state)
         assert done.returncode in (0, 3), done.stderr  # 3: `status` of a stopped service
         return json.loads(done.stdout)
 

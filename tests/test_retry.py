@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import pytest
 import requests
 from conftest import PATIENCE, read_json, served, tasks
@@ -43,15 +42,8 @@ class Home:
             "SAAS_EVAL_TASK_PRICE": "1",
         }
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "dropbox_eval", *args],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=PATIENCE * 2,
-            check=False,
-        )
+    def run(self, *args: str) -> forkrun.Finished:
+        return forkrun.run(list(args), self.env(), PATIENCE * 2)
 
     def json(self, *args: str, code: int = 0) -> Any:
         done = self.run(*args, "--json")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkrun
 import jsonschema_rs
 import pytest
 from conftest import SCHEMAS, read_json, schema_problems, tasks
@@ -32,12 +33,7 @@ def test_each_shipped_schema_is_what_its_model_generates_now(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_schema_command_prints_a_draft_2020_12_schema(name: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "schema", name],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = forkrun.run(["schema", name])
     assert done.returncode == 0, done.stderr
     assert done.stdout == shipped(name)
     schema = json.loads(done.stdout)
@@ -47,12 +43,7 @@ def test_schema_command_prints_a_draft_2020_12_schema(name: str) -> None:
 
 
 def test_schema_command_refuses_an_unknown_document() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "schema", "invoice"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = forkrun.run(["schema", "invoice"])
     assert done.returncode == 2 and "'batch', 'receipt', 'error', 'report'" in done.stderr
 
 

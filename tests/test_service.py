@@ -10,20 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+import forkrun
 import pytest
 from conftest import PATIENCE, read_json, tasks, wait_for
 
 
 def _cli(
     home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+) -> forkrun.Finished:
+    return forkrun.run(["--home", str(home), *args], env, timeout)
 
 
 def _env(**extra: str) -> dict[str, str]:

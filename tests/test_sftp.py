@@ -18,11 +18,11 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import paramiko
 import pytest
 from conftest import read_json, tasks, wait_for
@@ -476,14 +476,8 @@ def test_sessions_per_client_are_limited(stack: Stack) -> None:
 # -- operator commands ------------------------------------------------------------------------
 
 
-def _cli(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input=stdin,
-    )
+def _cli(home: Path, *args: str, stdin: str | None = None) -> forkrun.Finished:
+    return forkrun.run(["--home", str(home), *args], None, 60, input=stdin)
 
 
 def test_key_commands_and_status(stack: Stack, tmp_path: Path) -> None:

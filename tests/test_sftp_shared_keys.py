@@ -11,12 +11,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import asyncssh
+import forkrun
 import pytest
 from conftest import PATIENCE
 from pgcluster import Cluster
@@ -59,15 +59,8 @@ class Node:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=PATIENCE)
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "dropbox_eval", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=PATIENCE,
-            check=False,
-        )
+    def cli(self, *args: str) -> forkrun.Finished:
+        done = forkrun.run(list(args), self.env, PATIENCE)
         assert done.returncode == 0, done.stderr
         return done
 

@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import pytest
 import requests
 from conftest import PATIENCE, metric, read_json, readiness, settings_on, tasks, wait_for
@@ -98,7 +99,7 @@ def post(url: str, key: str, ref: str, count: int = 1, **fields: str) -> request
     )
 
 
-def one_error_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
+def one_error_line(done: forkrun.Finished, *words: str) -> None:
     """The command said one `error:` line naming `words`, and no traceback."""
     assert "Traceback" not in done.stderr + done.stdout, done.stderr[-3000:]
     lines = done.stderr.strip().splitlines()

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import forkrun
 import pytest
 from conftest import settings_on, tasks, wait_for
 from filelock import FileLock
@@ -20,9 +19,7 @@ from dropbox_eval.app import App, build_app, service_for
 from dropbox_eval.sandbox import SandboxForge
 
 
-def submit(
-    home: Path, forge: SandboxForge, file: Path, *args: str
-) -> subprocess.CompletedProcess[str]:
+def submit(home: Path, forge: SandboxForge, file: Path, *args: str) -> forkrun.Finished:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SAAS_EVAL_")},
         "SAAS_EVAL_HOME": str(home),
@@ -30,13 +27,7 @@ def submit(
         "SAAS_EVAL_GITEA_TOKEN": forge.token,
         "SAAS_EVAL_OWNER": forge.user,
     }
-    return subprocess.run(
-        [sys.executable, "-m", "dropbox_eval", "-v", "submit", str(file), "--json", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return forkrun.run(["-v", "submit", str(file), "--json", *args], env, 120)
 
 
 @pytest.fixture

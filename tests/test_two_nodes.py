@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import forkrun
 import pytest
 from conftest import PATIENCE, read_json, tasks, wait_for
 from helpers import drop
@@ -55,8 +56,10 @@ class Node:
         self.env = env
         self.log = home / f"node-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0  # the "service started" lines the log has once the last start is up
 
     def start(self) -> None:
+        self.starts = self._started_lines() + 1
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "dropbox_eval", "run"],
@@ -71,20 +74,25 @@ class Node:
         self.proc.wait(timeout=PATIENCE)
 
     def stop(self) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return 0 if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=PATIENCE)
+        """SIGTERM once the process is set up (it said so, or it ended): one stopped
+        while it still imports ends by the signal, having done nothing."""
+        proc = self.proc
+        if proc is None:
+            return 0
+        wait_for(lambda: proc.poll() is not None or self._started_lines() >= self.starts)
+        if proc.poll() is not None:
+            return proc.returncode
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=PATIENCE)
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "dropbox_eval", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=PATIENCE,
-            check=False,
-        )
+    def _started_lines(self) -> int:
+        try:
+            return self.log.read_text(errors="replace").count("service started")
+        except FileNotFoundError:
+            return 0
+
+    def cli(self, *args: str) -> forkrun.Finished:
+        return forkrun.run(list(args), self.env, PATIENCE)
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """Crash points: a test hook that kills the process right after the Nth durable write of
 one multi-file operation, so that a test can walk N over every write of it.
 
-`DROPBOX_EVAL_CRASH_AFTER=<operation>:<N>` (read once, at import) arms it; only the tests'
-service processes set it. Unarmed, `wrote` costs one comparison. A durable write is
-anything a restart sees afterwards: an atomic file write, an appended journal line, a
-rename or removal in the state, a write request to the forge or a callback POST.
+`DROPBOX_EVAL_CRASH_AFTER=<operation>:<N>` (read once, at import, or again by
+`from_environment`) arms it; only the tests' service processes set it. Unarmed, `wrote`
+costs one comparison. A durable write is anything a restart sees afterwards: an atomic
+file write, an appended journal line, a rename or removal in the state, a write request to
+the forge or a callback POST.
 
 Operations nest (a cancel settles): a write counts for every operation open around it.
 Writes that land at once (a database COMMIT) are one durable write: `landed_together`.
@@ -51,6 +52,15 @@ def _armed() -> tuple[str, int] | None:
 
 
 _ARMED = _armed()
+
+
+def from_environment() -> None:
+    """Arm from the environment again, counting afresh: for a process forked after this
+    module was imported under another environment (the tests' warm fork server)."""
+    global _ARMED
+    _ARMED = _armed()
+    with _lock:
+        _counts.clear()
 
 
 @contextlib.contextmanager
