@@ -9,7 +9,9 @@ runs the same `main` a fresh one runs, with the given environment, folder and ar
 the app reads from the environment at import, the crash point, it reads again).
 
 A child whose environment preloads a library (LD_PRELOAD: libfaketime) needs a fresh
-interpreter, and is started as one.
+interpreter, and is started as one. What differs from a fresh one: the children of one test
+process share the fork server's hash seed, and an uncaught exception's traceback follows a
+`Process ForkServerProcess-N:` line.
 """
 
 from __future__ import annotations
@@ -64,35 +66,45 @@ def run(
             check=False,
         )
         return Finished(done.returncode, done.stdout, done.stderr)
+    if not os.path.isdir(folder_of):  # as subprocess.run says it, in this process
+        raise FileNotFoundError(f"no folder {folder_of}")
     with tempfile.TemporaryDirectory(prefix="forkrun-") as folder:
         streams = [Path(folder, name) for name in ("in", "out", "err")]
         streams[0].write_text(input or "", encoding="utf-8")
         paths = [str(path) for path in streams]
         child = _context.Process(target=_main, args=(args, env, folder_of, paths))
         child.start()
-        child.join(timeout)
-        if child.exitcode is None:
-            child.kill()
-            child.join()
-            raise TimeoutError(f"dropbox-eval {' '.join(args)} did not end in {timeout} s")
+        try:
+            child.join(timeout)
+        finally:  # whatever ends the wait (its time, ^C), the command does not outlive it
+            ended = child.exitcode is not None
+            if not ended:
+                child.kill()
+                child.join()
+        if not ended:
+            tail = _text(streams[2])[-3000:]
+            raise TimeoutError(f"dropbox-eval {' '.join(args)} ran past {timeout} s: {tail}")
         return Finished(child.exitcode, _text(streams[1]), _text(streams[2]))
 
 
 def _main(args: list[str], env: dict[str, str], cwd: str, streams: list[str]) -> None:
     """In the child: the environment, folder, standard streams and argv of a fresh process,
     then the command line's `main` (its SystemExit is the child's exit code)."""
+    for descriptor, path in enumerate(streams):  # first: what fails below is said there
+        flags = os.O_RDONLY if descriptor == 0 else os.O_WRONLY | os.O_TRUNC
+        opened = os.open(path, flags | os.O_CREAT, 0o600)
+        os.dup2(opened, descriptor)
+        os.close(opened)
+    # multiprocessing put devnull there; this one is the process's for its life, read as
+    # a fresh interpreter reads its own (no newline translation, undecodable bytes kept)
+    sys.stdin = open(  # noqa: SIM115
+        0, encoding="utf-8", errors="surrogateescape", newline="\n", closefd=False
+    )
     os.environ.clear()
     os.environ.update(env)
     time.tzset()
     crashpoints.from_environment()  # read at import, in the fork server
     os.chdir(cwd)
-    for descriptor, path in enumerate(streams):
-        flags = os.O_RDONLY if descriptor == 0 else os.O_WRONLY | os.O_TRUNC
-        opened = os.open(path, flags | os.O_CREAT, 0o600)
-        os.dup2(opened, descriptor)
-        os.close(opened)
-    # multiprocessing put devnull there; this one is the process's for its life
-    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.argv = ["dropbox-eval", *args]
     from dropbox_eval.cli import main
 
@@ -101,6 +113,6 @@ def _main(args: list[str], env: dict[str, str], cwd: str, streams: list[str]) ->
 
 def _text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8")  # strict, as subprocess.run(text=True)
     except FileNotFoundError:
         return ""
