@@ -164,6 +164,10 @@ def test_a_node_killed_mid_run_loses_and_doubles_nothing(
             len(list(outbox.glob("*.json"))),
             b.log.read_text()[-3000:],
         )
+        # a report lands in outbox/ before its record says so: the end is every record's
+        assert wait_for(lambda: {row.status for row in store.list_batches()} == {"emitted"}), (
+            b.log.read_text()[-3000:]
+        )
         a_is = "up" if restart else "lost"  # lost: no heartbeat within its lease
         assert wait_for(lambda: _nodes(b)["node-a"]["state"] == a_is), _nodes(b)
         assert _nodes(b)["node-b"]["state"] == "up"

@@ -15,6 +15,10 @@ from .lane_config import LaneConfig
 from .options import SandboxOptions
 from .state import ForgeState
 
+# seconds an idle connection stays open: a Gitea behind nginx (its default keepalive_timeout
+# is 75 s), not uvicorn's 5 s, whose closes raced a client's reuse of a connection in a burst
+KEEP_ALIVE = 75
+
 
 class SandboxForge:
     """A Gitea- or Forgejo-flavoured forge on 127.0.0.1, optionally with a simulated lane.
@@ -83,7 +87,9 @@ class SandboxForge:
         if self._server is not None:
             return self
         app = create_app(self.state, self.lane)
-        server = BackgroundServer(app, port=self.port, name="sandbox-forge", date_header=False)
+        server = BackgroundServer(
+            app, port=self.port, name="sandbox-forge", date_header=False, keep_alive=KEEP_ALIVE
+        )
         self.url = server.start()
         self._server, self.port = server, server.port
         self.state.base_url = self.url

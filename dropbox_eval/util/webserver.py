@@ -11,7 +11,8 @@ import uvicorn
 
 class BackgroundServer:
     """Serve `app` on host:port (0 = any free port) until `stop`. `date_header` False: the
-    app sets `Date` itself (uvicorn's is refreshed once per loop tick and lags under load)."""
+    app sets `Date` itself (uvicorn's is refreshed once per loop tick and lags under load).
+    `keep_alive`: seconds an idle connection is kept open (uvicorn's default: 5)."""
 
     def __init__(
         self,
@@ -21,9 +22,11 @@ class BackgroundServer:
         port: int = 0,
         name: str = "http-server",
         date_header: bool = True,
+        keep_alive: int = 5,
     ) -> None:
         self.app = app
         self.date_header = date_header
+        self.keep_alive = keep_alive
         self.host = host
         self.port = port
         self.name = name
@@ -44,6 +47,7 @@ class BackgroundServer:
             log_level="warning",
             access_log=False,
             date_header=self.date_header,
+            timeout_keep_alive=self.keep_alive,
             proxy_headers=False,  # no header is believed here (web/throttle.py)
         )
         server = uvicorn.Server(config)
