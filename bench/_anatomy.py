@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from dropbox_eval.store.base import StoreBase
 
@@ -122,19 +123,8 @@ def watching() -> Iterator[Anatomy]:
         )
 
 
-@contextlib.contextmanager
-def machine_cpu() -> Iterator[list[float]]:
-    """The machine's busy CPU seconds (every core, every process) over the block, from
-    /proc/stat: put in the yielded list as it ends."""
-    found: list[float] = []
-    before = _busy_seconds()
-    try:
-        yield found
-    finally:
-        found.append(_busy_seconds() - before)
-
-
-def _busy_seconds() -> float:
+def machine_busy() -> float:
+    """The machine's busy CPU seconds so far (every core, every process), from /proc/stat."""
     with open("/proc/stat", encoding="ascii") as stat:
         fields = [int(value) for value in stat.readline().split()[1:]]
     idle = fields[3] + fields[4]  # idle and iowait
@@ -146,14 +136,4 @@ def issues_off() -> contextlib.AbstractContextManager[Any]:
     path alone, to its receipts."""
     from dropbox_eval.workers.opening import OpenWorker
 
-    return _swapped(OpenWorker, "offer", lambda *_args, **_kwargs: None)
-
-
-@contextlib.contextmanager
-def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
-    real = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, real)
+    return mock.patch.object(OpenWorker, "offer", lambda *_args, **_kwargs: None)

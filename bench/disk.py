@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _anatomy import Anatomy, describe, issues_off, machine_cpu, watching
+from _anatomy import Anatomy, describe, issues_off, machine_busy, watching
 from _common import BenchResult, command_line, emit, make_tasks, parser
 from _forge import ForgeProcess
 from _pgserver import durable_cluster, server_note
@@ -61,7 +61,15 @@ FSYNC_TARGET = 3.0
 DROP_BYTES = 600  # about a one-task drop's state
 
 
-def fsync_loop(folder: Path, writers: int, drops: int) -> tuple[float, float]:
+@dataclass
+class Disk:
+    """The fsync loop: its writes/s and the CPU seconds a write."""
+
+    rate: float
+    cpu: float
+
+
+def fsync_loop(folder: Path, writers: int, drops: int) -> Disk:
     """Drops/s of `writers` threads each writing files durably: temp, fsync, rename, fsync
     the folder (the least a durable drop costs), and the CPU seconds each write cost (this
     process's, nearly all the kernel's)."""
@@ -83,7 +91,7 @@ def fsync_loop(folder: Path, writers: int, drops: int) -> tuple[float, float]:
         start, cpu = time.perf_counter(), time.process_time()
         with ThreadPoolExecutor(max_workers=writers) as pool:
             list(pool.map(write, range(drops)))
-        return drops / (time.perf_counter() - start), (time.process_time() - cpu) / drops
+        return Disk(drops / (time.perf_counter() - start), (time.process_time() - cpu) / drops)
     finally:
         os.close(folder_fd)
 
@@ -219,14 +227,6 @@ def product(
 
 
 @dataclass
-class Disk:
-    """The fsync loop: its writes/s and the CPU seconds a write."""
-
-    rate: float
-    cpu: float
-
-
-@dataclass
 class Raw:
     """The raw loop: its drops/s, and the machine's CPU seconds a drop (client and forge)."""
 
@@ -264,11 +264,11 @@ def raw_drops(drops: int, threads: int, shared: bool) -> Raw:
                 json={"title": task["title"], "body": body, "labels": [label]},
             ).raise_for_status()
 
-        start, client = time.perf_counter(), time.process_time()
-        with machine_cpu() as busy, ThreadPoolExecutor(max_workers=threads) as pool:
+        start, client, busy = time.perf_counter(), time.process_time(), machine_busy()
+        with ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(one, range(drops)))
         seconds, client = time.perf_counter() - start, time.process_time() - client
-        return Raw(drops / seconds, busy[0] / drops, client / drops)
+        return Raw(drops / seconds, (machine_busy() - busy) / drops, client / drops)
 
 
 def add_mode(result: BenchResult, mode: str, run: Burst, raw: Raw, disk: Disk) -> None:
@@ -362,7 +362,7 @@ def main() -> None:
     started = time.perf_counter()
     result = BenchResult("disk", command_line())
     with tempfile.TemporaryDirectory(prefix="bench-disk-") as folder:
-        disk = Disk(*fsync_loop(Path(folder), args.writers, args.drops))
+        disk = fsync_loop(Path(folder), args.writers, args.drops)
     result.add(
         f"the disk's limit: {args.writers} writers, temp + fsync + rename + fsync folder",
         disk.rate,
